@@ -1,0 +1,268 @@
+/* zcrpc — the transport layer: workers, connections, listeners.
+ *
+ * Threading: a zcrpc_worker is driven by exactly one thread at a time
+ * (run-to-completion, like an eRPC Rpc or a UCX worker). Every function taking
+ * a worker, or a connection/listener that belongs to it, must be called from
+ * that thread. Use one worker per thread. Callbacks run only from inside
+ * zcrpc_worker_progress(), never inside the call that submitted the work.
+ *
+ * Connections follow rdma_create_ep(3): the active side resolves with
+ * rdma_getaddrinfo + rdma_create_ep (on a short-lived setup thread, so the
+ * worker never blocks), the passive side listens on an rdma_create_ep id whose
+ * channel is polled non-blocking. No call blocks on the network without a
+ * deadline.
+ *
+ * Ownership: every zcrpc_conn handle the application receives (from
+ * zcrpc_connect() or a listener's on_accept) belongs to the application,
+ * which must release it with zcrpc_conn_destroy(), also after it closed.
+ * zcrpc_worker_destroy() releases whatever the application did not.
+ */
+#ifndef ZCRPC_TRANSPORT_H
+#define ZCRPC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zcrpc/export.h"
+#include "zcrpc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zcrpc_worker zcrpc_worker;
+typedef struct zcrpc_conn zcrpc_conn;
+typedef struct zcrpc_listener zcrpc_listener;
+
+/** Worker settings. Initialise with zcrpc_worker_opts_init(). */
+typedef struct zcrpc_worker_opts {
+	size_t size;		 /**< sizeof(zcrpc_worker_opts), set by init */
+	uint32_t recv_depth;	 /**< receive slots (= credits) per connection; default 64, 2..32768 */
+	uint32_t send_depth;	 /**< send slots per connection; default 64, >= 1 */
+	uint32_t max_msg;	 /**< largest message payload in bytes; default 4096, 1..8 MiB */
+	uint8_t ack_timeout;	 /**< RDMA_OPTION_ID_ACK_TIMEOUT exponent (4.096 us * 2^n); default 16 */
+	uint8_t retry_count;	 /**< transport retries, 0..6 (7 would mean forever on rxe); default 6 */
+	uint8_t rnr_retry_count; /**< receiver-not-ready retries, 0..7; default 0 (credits prevent RNR) */
+} zcrpc_worker_opts;
+
+/** Fills @opts with the defaults documented above (and sets opts->size). */
+ZCRPC_API void zcrpc_worker_opts_init(zcrpc_worker_opts *opts);
+
+/**
+ * zcrpc_worker_create - make a worker (CM event channel, epoll fd, timerfd,
+ * eventfd). Devices, protection domains and completion channels are opened
+ * lazily, when a connection first uses a device.
+ *
+ * @opts may be NULL for defaults; it is copied. On success *@out is set and
+ * owned by the caller (release with zcrpc_worker_destroy()).
+ * Errors: INVALID_ARGUMENT (bad option), RESOURCE_EXHAUSTED (out of memory or
+ * file descriptors), UNAVAILABLE (no RDMA CM: rdma_ucm not loaded).
+ */
+ZCRPC_API zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
+					   zcrpc_worker **out);
+
+/**
+ * zcrpc_worker_destroy - close every connection and listener of the worker
+ * (without waiting for the peers), join its setup threads and free it. All
+ * handles that belonged to it become invalid. No callback runs. NULL is a
+ * no-op. Must not be called from inside a callback.
+ */
+ZCRPC_API void zcrpc_worker_destroy(zcrpc_worker *w);
+
+/**
+ * zcrpc_worker_progress - run the worker: CM events, accepts, completions,
+ * timers, and the callbacks they cause.
+ *
+ * @timeout_ms: 0 polls once without sleeping (busy-poll mode); > 0 sleeps up
+ * to that long on the worker's fd when there is nothing to do; < 0 sleeps
+ * until something happens. Returns OK, or INTERNAL if the event loop itself
+ * failed (the message is in the worker's error string), or
+ * FAILED_PRECONDITION when called from inside a callback.
+ */
+ZCRPC_API zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms);
+
+/**
+ * zcrpc_worker_fd - the worker's epoll file descriptor, for the application's
+ * own poll/epoll loop: when it is readable, call zcrpc_worker_progress(w, 0).
+ * Owned by the worker; do not close it. Completions only wake the fd after a
+ * zcrpc_worker_progress() call with a non-zero timeout or zcrpc_worker_arm().
+ */
+ZCRPC_API int zcrpc_worker_fd(const zcrpc_worker *w);
+
+/**
+ * zcrpc_worker_arm - prepare to sleep on zcrpc_worker_fd(): request
+ * completion notifications on every connection. Returns OK when it is safe to
+ * sleep, or RESOURCE_EXHAUSTED ("busy") when work is already pending and
+ * zcrpc_worker_progress() should be called first.
+ */
+ZCRPC_API zcrpc_status zcrpc_worker_arm(zcrpc_worker *w);
+
+/** Connection states, in the order a connection goes through them. */
+typedef enum zcrpc_conn_state {
+	ZCRPC_CONN_CONNECTING = 0, /**< resolving, connecting or accepting */
+	ZCRPC_CONN_ESTABLISHED = 1, /**< messages flow */
+	ZCRPC_CONN_CLOSED = 2,	    /**< closed or failed; see zcrpc_conn_status() */
+} zcrpc_conn_state;
+
+/**
+ * Callbacks of a connection. Both run on the worker's thread from inside
+ * zcrpc_worker_progress(). Either may call zcrpc_conn_send(),
+ * zcrpc_conn_close() and zcrpc_conn_destroy() on the connection.
+ */
+typedef struct zcrpc_conn_handlers {
+	size_t size; /**< sizeof(zcrpc_conn_handlers) */
+	/**
+	 * State change: ESTABLISHED (status OK) for connections made with
+	 * zcrpc_connect(), and CLOSED for every connection, exactly once, with
+	 * OK after an orderly close and otherwise why it failed:
+	 * UNAVAILABLE (refused, unreachable, peer lost), DEADLINE_EXCEEDED
+	 * (connect deadline), INTERNAL (peer broke the protocol), ...
+	 */
+	void (*on_state)(zcrpc_conn *conn, zcrpc_conn_state state,
+			 zcrpc_status status, void *arg);
+	/**
+	 * A message arrived. @data (@len bytes, registered memory owned by
+	 * the library) is valid only until the callback returns.
+	 */
+	void (*on_recv)(zcrpc_conn *conn, const void *data, size_t len,
+			void *arg);
+	void *arg; /**< passed to both callbacks */
+} zcrpc_conn_handlers;
+
+/** Active-side connect settings. Initialise with zcrpc_connect_opts_init(). */
+typedef struct zcrpc_connect_opts {
+	size_t size;	  /**< sizeof(zcrpc_connect_opts) */
+	int timeout_ms;	  /**< connect deadline; default 10000; must be > 0 */
+	const char *src_addr; /**< local address to bind, or NULL */
+} zcrpc_connect_opts;
+
+/** Fills @opts with the defaults documented above. */
+ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
+
+/**
+ * zcrpc_connect - start connecting to @host:@port (numeric address or name;
+ * port as a decimal string). Returns at once: the result is reported through
+ * handlers->on_state (ESTABLISHED, or CLOSED with the error) from a later
+ * zcrpc_worker_progress(). Address and route resolution run on a setup
+ * thread; the deadline covers resolution and connection.
+ *
+ * @opts may be NULL; @handlers is copied. On success *@out is the new
+ * connection, owned by the caller (zcrpc_conn_destroy()).
+ * Errors: INVALID_ARGUMENT (NULL host/port/handlers, bad option),
+ * RESOURCE_EXHAUSTED (out of memory or threads).
+ */
+ZCRPC_API zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
+				     const char *port,
+				     const zcrpc_connect_opts *opts,
+				     const zcrpc_conn_handlers *handlers,
+				     zcrpc_conn **out);
+
+/** Listener settings. Initialise with zcrpc_listen_opts_init(). */
+typedef struct zcrpc_listen_opts {
+	size_t size; /**< sizeof(zcrpc_listen_opts) */
+	int backlog; /**< rdma_listen backlog; default 128 */
+	/**
+	 * A connection was accepted and is ESTABLISHED. The application now
+	 * owns @conn (zcrpc_conn_destroy()); its callbacks are
+	 * @conn_handlers until changed with zcrpc_conn_set_handlers().
+	 */
+	void (*on_accept)(zcrpc_listener *l, zcrpc_conn *conn, void *arg);
+	void *arg;			   /**< passed to on_accept */
+	zcrpc_conn_handlers conn_handlers; /**< given to each accepted connection */
+} zcrpc_listen_opts;
+
+/** Fills @opts with the defaults documented above. */
+ZCRPC_API void zcrpc_listen_opts_init(zcrpc_listen_opts *opts);
+
+/**
+ * zcrpc_listen - listen on @host (NULL = every address) and @port ("0" = an
+ * ephemeral port; see zcrpc_listener_port()). Connection requests are
+ * accepted from inside zcrpc_worker_progress(); a request with a malformed
+ * handshake or a protocol version this side does not speak is rejected with
+ * a reason the client reports.
+ *
+ * On success *@out is owned by the caller (zcrpc_listener_destroy()).
+ * Errors: INVALID_ARGUMENT (NULL port/opts/on_accept, bad address),
+ * ALREADY_EXISTS (address in use), UNAVAILABLE (no RDMA device for the
+ * address), RESOURCE_EXHAUSTED.
+ */
+ZCRPC_API zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
+				    const char *port,
+				    const zcrpc_listen_opts *opts,
+				    zcrpc_listener **out);
+
+/** The port the listener is bound to (host byte order). */
+ZCRPC_API uint16_t zcrpc_listener_port(const zcrpc_listener *l);
+
+/**
+ * zcrpc_listener_destroy - stop listening and free the listener. Connections
+ * already accepted are not affected; requests not yet accepted are rejected.
+ * NULL is a no-op.
+ */
+ZCRPC_API void zcrpc_listener_destroy(zcrpc_listener *l);
+
+/**
+ * zcrpc_conn_send - send one message of @len bytes (0..max_msg of the
+ * receiver). The bytes are copied into a registered send slot before the
+ * call returns, so @data stays the caller's.
+ *
+ * Errors: INVALID_ARGUMENT (NULL data with len > 0, len above the peer's
+ * max_msg), FAILED_PRECONDITION (not ESTABLISHED), RESOURCE_EXHAUSTED (no
+ * credit from the peer or no free send slot right now: progress the worker
+ * and try again; zcrpc_conn_can_send() tells when).
+ */
+ZCRPC_API zcrpc_status zcrpc_conn_send(zcrpc_conn *conn, const void *data,
+				       size_t len);
+
+/** Non-zero when zcrpc_conn_send() of one message would not fail with
+ * RESOURCE_EXHAUSTED. */
+ZCRPC_API int zcrpc_conn_can_send(const zcrpc_conn *conn);
+
+/**
+ * zcrpc_conn_close - start an orderly close (rdma_disconnect, so posted work
+ * flushes). on_state(CLOSED) follows from a later progress call. Idempotent.
+ */
+ZCRPC_API void zcrpc_conn_close(zcrpc_conn *conn);
+
+/**
+ * zcrpc_conn_destroy - close if needed and release the handle. No callback
+ * runs for this connection afterwards. May be called from inside the
+ * connection's own callbacks (the memory is freed after the callback
+ * returns). NULL is a no-op.
+ */
+ZCRPC_API void zcrpc_conn_destroy(zcrpc_conn *conn);
+
+/** Replaces the connection's callbacks (@h is copied). */
+ZCRPC_API zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *conn,
+					       const zcrpc_conn_handlers *h);
+
+/** Current state. */
+ZCRPC_API zcrpc_conn_state zcrpc_conn_state_get(const zcrpc_conn *conn);
+
+/** Why the connection closed (OK while open or after an orderly close). */
+ZCRPC_API zcrpc_status zcrpc_conn_status(const zcrpc_conn *conn);
+
+/** A human-readable detail for zcrpc_conn_status(); "" when none. The string
+ * is owned by the connection and valid until it is destroyed. */
+ZCRPC_API const char *zcrpc_conn_error(const zcrpc_conn *conn);
+
+/** Per-connection counters. */
+typedef struct zcrpc_conn_stats {
+	uint64_t msgs_sent, msgs_recv;	 /**< data messages */
+	uint64_t bytes_sent, bytes_recv; /**< data payload bytes */
+	uint64_t credit_updates_sent;	 /**< explicit credit messages */
+	uint64_t credit_stalls;		 /**< sends refused for lack of credit */
+	uint32_t peer_recv_depth;	 /**< credits the peer granted at connect */
+	uint32_t peer_max_msg;		 /**< largest message the peer accepts */
+	uint32_t max_inline;		 /**< inline size the QP was granted */
+} zcrpc_conn_stats;
+
+/** Copies the connection's counters into @out. */
+ZCRPC_API void zcrpc_conn_get_stats(const zcrpc_conn *conn,
+				    zcrpc_conn_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCRPC_TRANSPORT_H */

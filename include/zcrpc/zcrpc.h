@@ -1,0 +1,9 @@
+/* zcrpc — zero-copy RPC over RDMA. Umbrella header. */
+#ifndef ZCRPC_ZCRPC_H
+#define ZCRPC_ZCRPC_H
+
+#include "zcrpc/status.h"
+#include "zcrpc/transport.h"
+#include "zcrpc/version.h"
+
+#endif /* ZCRPC_ZCRPC_H */

@@ -1,0 +1,84 @@
+/* zcrpc — the connection handshake ("hello"), carried in the private data of
+ * the RDMA CM connect request, accept reply and reject.
+ *
+ *   0               1               2               3
+ *   0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
+ *  +---------------------------------------------------------------+
+ *  |                 magic "zcrp" (7a 63 72 70)                    |  0
+ *  +---------------+---------------+-------------------------------+
+ *  |   version     |     kind      |        length (bytes)         |  4
+ *  +---------------+---------------+-------------------------------+
+ *  |                       feature bits                            |  8
+ *  +---------------------------------------------------------------+
+ *  |            recv_depth (receive slots = credits)               | 12
+ *  +---------------------------------------------------------------+
+ *  |          max_msg (largest message accepted, bytes)            | 16
+ *  +---------------------------------------------------------------+
+ *  |            status (zcrpc_status; REJECT only, else 0)         | 20
+ *  +---------------------------------------------------------------+
+ *  |                      reserved (0)                             | 24
+ *  |                      reserved (0)                             | 28
+ *  +---------------------------------------------------------------+
+ *
+ * All fields little-endian. docs/protocol.md is the normative description.
+ */
+#ifndef ZCRPC_HELLO_H
+#define ZCRPC_HELLO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zcrpc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZCRPC_HELLO_MAGIC 0x7072637aU /* "zcrp" as little-endian bytes */
+#define ZCRPC_PROTO_VERSION 1
+#define ZCRPC_HELLO_LEN 32	  /* bytes this version writes */
+#define ZCRPC_HELLO_MAX_CONNECT 56 /* RDMA CM private data limit on connect */
+#define ZCRPC_HELLO_MAX 196	   /* RDMA CM private data limit on accept */
+
+/* Feature bits; a connection uses the intersection of both sides' bits. */
+#define ZCRPC_FEAT_CREDITS 0x1U /* credit-based flow control (always set) */
+#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS)
+
+enum zcrpc_hello_kind {
+	ZCRPC_HELLO_CONNECT = 1,
+	ZCRPC_HELLO_ACCEPT = 2,
+	ZCRPC_HELLO_REJECT = 3,
+};
+
+struct zcrpc_hello {
+	uint8_t version;
+	uint8_t kind;
+	uint32_t features;
+	uint32_t recv_depth;
+	uint32_t max_msg;
+	uint32_t status;
+};
+
+/* Writes @h into @buf (@cap bytes). Returns the encoded length, or 0 when
+ * @cap < ZCRPC_HELLO_LEN. Reserved bytes are written as zero. */
+size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
+			   size_t cap);
+
+/* Parses @len bytes of private data (which the CM may have padded with
+ * zeros). On success fills @out and returns ZCRPC_OK. Errors, with a
+ * human-readable reason in @why (@why_len bytes, may be NULL):
+ *   INVALID_ARGUMENT    truncated (< header or < its own length field),
+ *                       oversized (length field beyond the CM limit),
+ *                       bad magic, unknown kind, zero recv_depth/max_msg
+ *                       in a CONNECT or ACCEPT
+ *   FAILED_PRECONDITION protocol version this build does not speak
+ */
+zcrpc_status zcrpc__hello_decode(const void *buf, size_t len,
+				 struct zcrpc_hello *out, char *why,
+				 size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCRPC_HELLO_H */

@@ -1,0 +1,229 @@
+/* zcrpc — the passive side. The listening id comes from rdma_getaddrinfo
+ * (RAI_PASSIVE) + rdma_create_ep, as rdma_create_ep(3) describes; its
+ * private channel is made non-blocking and polled by the worker, and
+ * rdma_get_request() is called only when it is readable. Each request is
+ * checked (handshake, retry policy), given a QP on the worker's PD and its
+ * own CQ, migrated to the worker's CM channel and accepted; ESTABLISHED
+ * then arrives as an event. */
+#include "internal.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "hello.h"
+
+#define ZCRPC_ACCEPT_TIMEOUT_NS (10000LL * 1000000LL)
+
+void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
+{
+	memset(opts, 0, sizeof(*opts));
+	opts->size = sizeof(*opts);
+	opts->backlog = 128;
+	opts->conn_handlers.size = sizeof(opts->conn_handlers);
+}
+
+static void reject(struct rdma_cm_id *id, zcrpc_status st)
+{
+	struct zcrpc_hello h = {
+		.version = ZCRPC_PROTO_VERSION,
+		.kind = ZCRPC_HELLO_REJECT,
+		.status = (uint32_t)st,
+	};
+	uint8_t buf[ZCRPC_HELLO_LEN];
+	size_t n = zcrpc__hello_encode(&h, buf, sizeof(buf));
+
+	rdma_reject(id, buf, (uint8_t)n);
+	rdma_destroy_ep(id);
+}
+
+static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
+{
+	zcrpc_worker *w = l->w;
+	struct rdma_cm_event *ev = id->event;
+	struct rdma_conn_param param;
+	uint8_t pdata[ZCRPC_HELLO_MAX];
+	struct zcrpc_hello h;
+	zcrpc_conn *c;
+	zcrpc_status st;
+	char why[128];
+
+	st = zcrpc__hello_decode(ev->param.conn.private_data,
+				 ev->param.conn.private_data_len, &h, why,
+				 sizeof(why));
+	if (st == ZCRPC_OK && h.kind != ZCRPC_HELLO_CONNECT)
+		st = ZCRPC_INVALID_ARGUMENT;
+	if (st != ZCRPC_OK) {
+		zcrpc__worker_seterr(w, "rejected a connection: %s", why);
+		reject(id, st);
+		return;
+	}
+	/* The passive QP takes its retry counts from the client's request. */
+	if (ev->param.conn.retry_count > 6) {
+		zcrpc__worker_seterr(w, "rejected a connection asking retry_count %u (7 = forever)",
+				     ev->param.conn.retry_count);
+		reject(id, ZCRPC_FAILED_PRECONDITION);
+		return;
+	}
+	c = zcrpc__conn_alloc(w, &l->opts.conn_handlers);
+	if (!c) {
+		reject(id, ZCRPC_RESOURCE_EXHAUSTED);
+		return;
+	}
+	c->passive = 1;
+	c->listener = l;
+	c->peer_recv_depth = h.recv_depth;
+	c->peer_max_msg = h.max_msg;
+	c->features = h.features & ZCRPC_FEAT_ALL;
+	st = zcrpc__conn_setup(c, id);
+	if (st != ZCRPC_OK)
+		goto err_reject;
+	/* Migration acknowledges (frees) the CONNECT_REQUEST event: nothing
+	 * of it is used after this point. */
+	if (rdma_migrate_id(id, w->cm_ch))
+		goto err_reject;
+	c->migrated = 1;
+	zcrpc__conn_fill_param(c, &param, pdata, sizeof(pdata),
+			       ZCRPC_HELLO_ACCEPT);
+	if (rdma_accept(id, &param)) {
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "rdma_accept: %s",
+				 strerror(errno));
+		return;
+	}
+	c->timeout_ms = (int)(ZCRPC_ACCEPT_TIMEOUT_NS / 1000000LL);
+	c->deadline_ns = zcrpc__now_ns() + ZCRPC_ACCEPT_TIMEOUT_NS;
+	zcrpc__worker_add_deadline(w, c->deadline_ns);
+	return;
+
+err_reject:
+	if (!c->migrated)
+		rdma_reject(id, NULL, 0);
+	zcrpc__conn_fail(c, st == ZCRPC_OK ? ZCRPC_INTERNAL : st,
+			 "accept failed");
+}
+
+void zcrpc__listener_on_readable(zcrpc_listener *l)
+{
+	struct rdma_cm_id *id;
+
+	for (;;) {
+		if (rdma_get_request(l->id, &id) == 0) {
+			accept_request(l, id);
+			continue;
+		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			break;
+		/* An event other than a connect request (DEVICE_REMOVAL,
+		 * ADDR_CHANGE) or a failed request: record, acknowledge. */
+		if (l->id->event) {
+			zcrpc__worker_seterr(l->w, "listener event %s (status %d)",
+					     rdma_event_str(l->id->event->event),
+					     l->id->event->status);
+			rdma_ack_cm_event(l->id->event);
+			l->id->event = NULL;
+		} else {
+			zcrpc__worker_seterr(l->w, "rdma_get_request: %s",
+					     strerror(errno));
+			break;
+		}
+	}
+}
+
+zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
+			  const char *port, const zcrpc_listen_opts *opts,
+			  zcrpc_listener **out)
+{
+	struct rdma_addrinfo hints, *res = NULL;
+	zcrpc_listener *l;
+	zcrpc_status st;
+	int rc;
+
+	if (!w || !port || !opts || !out || opts->size < sizeof(*opts) ||
+	    !opts->on_accept ||
+	    opts->conn_handlers.size < sizeof(opts->conn_handlers))
+		return ZCRPC_INVALID_ARGUMENT;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	l->w = w;
+	l->opts = *opts;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_PASSIVE;
+	hints.ai_port_space = RDMA_PS_TCP;
+	hints.ai_qp_type = IBV_QPT_RC;
+	rc = rdma_getaddrinfo(host, port, &hints, &res);
+	if (rc) {
+		zcrpc__worker_seterr(w, "rdma_getaddrinfo(%s, %s): %s",
+				     host ? host : "*", port,
+				     rc == -1 ? strerror(errno) : gai_strerror(rc));
+		st = ZCRPC_INVALID_ARGUMENT;
+		goto err_free;
+	}
+	/* NULL PD and QP attributes: QPs are made per connection on accept. */
+	if (rdma_create_ep(&l->id, res, NULL, NULL)) {
+		st = zcrpc_status_from_errno(errno);
+		if (errno == EADDRNOTAVAIL || errno == ENODEV)
+			st = ZCRPC_UNAVAILABLE;
+		zcrpc__worker_seterr(w, "binding %s port %s: %s",
+				     host ? host : "*", port, strerror(errno));
+		goto err_res;
+	}
+	if (rdma_listen(l->id, opts->backlog > 0 ? opts->backlog : 128)) {
+		st = zcrpc_status_from_errno(errno);
+		zcrpc__worker_seterr(w, "rdma_listen: %s", strerror(errno));
+		goto err_ep;
+	}
+	l->port = ntohs(rdma_get_src_port(l->id));
+	l->src = (struct zcrpc__src){ZCRPC_SRC_LISTENER, l};
+	if (zcrpc__epoll_add(w, l->id->channel->fd, &l->src)) {
+		st = ZCRPC_RESOURCE_EXHAUSTED;
+		goto err_ep;
+	}
+	rdma_freeaddrinfo(res);
+	l->next = w->listeners;
+	if (w->listeners)
+		w->listeners->prev = l;
+	w->listeners = l;
+	*out = l;
+	return ZCRPC_OK;
+
+err_ep:
+	rdma_destroy_ep(l->id);
+err_res:
+	rdma_freeaddrinfo(res);
+err_free:
+	free(l);
+	return st == ZCRPC_OK ? ZCRPC_INTERNAL : st;
+}
+
+uint16_t zcrpc_listener_port(const zcrpc_listener *l)
+{
+	return l ? l->port : 0;
+}
+
+void zcrpc_listener_destroy(zcrpc_listener *l)
+{
+	zcrpc_worker *w;
+	zcrpc_conn *c;
+
+	if (!l)
+		return;
+	w = l->w;
+	/* Connections accepted but not yet ESTABLISHED die with it. */
+	for (c = w->conns; c; c = c->next)
+		if (c->listener == l)
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
+	rdma_destroy_ep(l->id);
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		w->listeners = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	free(l);
+}

@@ -1,0 +1,12 @@
+#include <stdio.h>
+#include <string.h>
+
+#include <zcrpc/zcrpc.h>
+
+int main(void)
+{
+	printf("zcrpc %s, %s\n", zcrpc_version(),
+	       zcrpc_status_str(ZCRPC_DEADLINE_EXCEEDED));
+	return strcmp(zcrpc_status_str(ZCRPC_DEADLINE_EXCEEDED),
+		      "DEADLINE_EXCEEDED") != 0;
+}

@@ -1,0 +1,125 @@
+#include "rdma_env.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include <infiniband/verbs.h>
+
+static std::string Env(const char *name)
+{
+	const char *v = std::getenv(name);
+	return v ? v : "";
+}
+
+RxeEnv GetRxeEnv()
+{
+	return {Env("ZCRPC_RXE_DEV0"), Env("ZCRPC_RXE_DEV1"), Env("ZCRPC_RXE_ADDR0"),
+		Env("ZCRPC_RXE_ADDR1"), Env("ZCRPC_RXE_UNREACHABLE")};
+}
+
+double TimeScale()
+{
+	const char *v = std::getenv("ZCRPC_TEST_TIME_SCALE");
+	double s = v ? std::atof(v) : 1.0;
+	return s > 0 ? s : 1.0;
+}
+
+static int64_t ReadCounter(const std::string &dev, const char *name)
+{
+	std::ifstream f("/sys/class/infiniband/" + dev + "/ports/1/hw_counters/" + name);
+	int64_t v = -1;
+	if (!(f >> v))
+		return -1;
+	return v;
+}
+
+int64_t RxeCounter(const RxeEnv &env, const char *name)
+{
+	int64_t a = ReadCounter(env.dev0, name), b = ReadCounter(env.dev1, name);
+	if (a < 0 || b < 0)
+		return -1;
+	return a + b;
+}
+
+void RdmaTest::SetUp()
+{
+	env_ = GetRxeEnv();
+	ASSERT_FALSE(env_.addr0.empty() || env_.dev0.empty() || env_.dev1.empty())
+		<< "ZCRPC_RXE_ADDR0/DEV0/DEV1 unset: run the rdma tests through "
+		   "scripts/rxe-vm (they need Soft-RoCE)";
+	int n = 0;
+	ibv_device **list = ibv_get_device_list(&n);
+	bool found0 = false, found1 = false;
+	for (int i = 0; list && i < n; i++) {
+		found0 |= env_.dev0 == ibv_get_device_name(list[i]);
+		found1 |= env_.dev1 == ibv_get_device_name(list[i]);
+	}
+	if (list)
+		ibv_free_device_list(list);
+	ASSERT_TRUE(found0 && found1) << "RDMA devices " << env_.dev0 << "/" << env_.dev1
+				      << " not present (" << n << " devices found)";
+}
+
+bool ProgressUntil(zcrpc_worker *w, const std::function<bool()> &done,
+		   std::chrono::milliseconds timeout)
+{
+	auto end = std::chrono::steady_clock::now() + timeout;
+	while (!done() && std::chrono::steady_clock::now() < end)
+		zcrpc_worker_progress(w, 0);
+	return done();
+}
+
+EchoServer::EchoServer(const std::string &addr, const zcrpc_worker_opts *opts)
+{
+	if (zcrpc_worker_create(opts, &w_) != ZCRPC_OK)
+		return;
+	zcrpc_listen_opts lo;
+	zcrpc_listen_opts_init(&lo);
+	lo.on_accept = OnAccept;
+	lo.arg = this;
+	lo.conn_handlers.on_recv = OnRecv;
+	lo.conn_handlers.on_state = OnState;
+	lo.conn_handlers.arg = this;
+	if (zcrpc_listen(w_, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
+		return;
+	port_ = zcrpc_listener_port(l_);
+	ok_ = port_ != 0;
+	thread_ = std::thread([this] {
+		while (!stop_.load(std::memory_order_relaxed))
+			zcrpc_worker_progress(w_, 0);
+	});
+}
+
+EchoServer::~EchoServer()
+{
+	stop_ = true;
+	if (thread_.joinable())
+		thread_.join();
+	zcrpc_listener_destroy(l_);
+	zcrpc_worker_destroy(w_);
+}
+
+void EchoServer::OnAccept(zcrpc_listener *, zcrpc_conn *, void *arg)
+{
+	static_cast<EchoServer *>(arg)->accepted_++;
+}
+
+void EchoServer::OnRecv(zcrpc_conn *c, const void *data, size_t len, void *arg)
+{
+	auto *s = static_cast<EchoServer *>(arg);
+	if (zcrpc_conn_send(c, data, len) == ZCRPC_OK)
+		s->echoed_++;
+	else
+		zcrpc_conn_close(c);
+}
+
+void EchoServer::OnState(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status, void *arg)
+{
+	auto *s = static_cast<EchoServer *>(arg);
+	if (st != ZCRPC_CONN_CLOSED)
+		return;
+	s->last_close_ = status;
+	s->closed_++;
+	zcrpc_conn_destroy(c);
+}

@@ -1,0 +1,66 @@
+// Shared helpers for the tests that run over Soft-RoCE in the guest
+// (scripts/rxe-vm sets ZCRPC_RXE_*). The fixture FAILS, never skips, when the
+// devices are missing: an RDMA test that did not reach rxe proves nothing.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "zcrpc/transport.h"
+
+struct RxeEnv {
+	std::string dev0, dev1, addr0, addr1, unreachable;
+};
+
+// Reads the environment; empty strings when unset.
+RxeEnv GetRxeEnv();
+
+// Scale for time bounds (ZCRPC_TEST_TIME_SCALE, default 1).
+double TimeScale();
+
+// Sum of one hw_counter over both rxe devices (-1 if unreadable).
+int64_t RxeCounter(const RxeEnv &env, const char *name);
+
+class RdmaTest : public ::testing::Test {
+protected:
+	void SetUp() override;
+	RxeEnv env_;
+};
+
+// Progresses @w until @done() or @timeout; returns done().
+bool ProgressUntil(zcrpc_worker *w, const std::function<bool()> &done,
+		   std::chrono::milliseconds timeout);
+
+// An echo server on its own worker and thread.
+class EchoServer {
+public:
+	explicit EchoServer(const std::string &addr,
+			    const zcrpc_worker_opts *opts = nullptr);
+	~EchoServer();
+	uint16_t port() const { return port_; }
+	int accepted() const { return accepted_.load(); }
+	int closed() const { return closed_.load(); }
+	zcrpc_status last_close_status() const { return last_close_.load(); }
+	uint64_t echoed() const { return echoed_.load(); }
+	bool ok() const { return ok_; }
+
+private:
+	static void OnAccept(zcrpc_listener *, zcrpc_conn *, void *);
+	static void OnRecv(zcrpc_conn *, const void *, size_t, void *);
+	static void OnState(zcrpc_conn *, zcrpc_conn_state, zcrpc_status, void *);
+	zcrpc_worker *w_ = nullptr;
+	zcrpc_listener *l_ = nullptr;
+	uint16_t port_ = 0;
+	bool ok_ = false;
+	std::atomic<bool> stop_{false};
+	std::atomic<int> accepted_{0}, closed_{0};
+	std::atomic<zcrpc_status> last_close_{ZCRPC_OK};
+	std::atomic<uint64_t> echoed_{0};
+	std::thread thread_;
+};

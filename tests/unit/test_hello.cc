@@ -1,0 +1,169 @@
+// The connection handshake carried in RDMA CM private data.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "transport/hello.h"
+
+namespace {
+
+zcrpc_hello Sample(uint8_t kind = ZCRPC_HELLO_CONNECT)
+{
+	zcrpc_hello h{};
+	h.version = ZCRPC_PROTO_VERSION;
+	h.kind = kind;
+	h.features = ZCRPC_FEAT_ALL;
+	h.recv_depth = 1025;
+	h.max_msg = 4096;
+	return h;
+}
+
+std::vector<uint8_t> Encode(const zcrpc_hello &h, size_t pad_to = 0)
+{
+	std::vector<uint8_t> buf(ZCRPC_HELLO_LEN);
+	EXPECT_EQ(zcrpc__hello_encode(&h, buf.data(), buf.size()), size_t{ZCRPC_HELLO_LEN});
+	if (pad_to > buf.size())
+		buf.resize(pad_to, 0);
+	return buf;
+}
+
+} // namespace
+
+TEST(Hello, FitsTheConnectPrivateDataLimit)
+{
+	EXPECT_LE(ZCRPC_HELLO_LEN, ZCRPC_HELLO_MAX_CONNECT);
+}
+
+TEST(Hello, RoundTrips)
+{
+	zcrpc_hello in = Sample(), out{};
+	auto buf = Encode(in);
+	ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+	EXPECT_EQ(out.version, in.version);
+	EXPECT_EQ(out.kind, in.kind);
+	EXPECT_EQ(out.features, in.features);
+	EXPECT_EQ(out.recv_depth, in.recv_depth);
+	EXPECT_EQ(out.max_msg, in.max_msg);
+	EXPECT_EQ(out.status, 0u);
+}
+
+TEST(Hello, IsLittleEndianWithMagicFirst)
+{
+	auto buf = Encode(Sample());
+	EXPECT_EQ(std::memcmp(buf.data(), "zcrp", 4), 0);
+	EXPECT_EQ(buf[4], ZCRPC_PROTO_VERSION);
+	EXPECT_EQ(buf[5], ZCRPC_HELLO_CONNECT);
+	EXPECT_EQ(buf[6], ZCRPC_HELLO_LEN);
+	EXPECT_EQ(buf[7], 0);
+	EXPECT_EQ(buf[12], 1025 & 0xff); // recv_depth, low byte first
+	EXPECT_EQ(buf[13], 1025 >> 8);
+	for (size_t i = 24; i < 32; i++)
+		EXPECT_EQ(buf[i], 0) << "reserved byte " << i;
+}
+
+TEST(Hello, AcceptsCmPaddingAfterTheMessage)
+{
+	zcrpc_hello out{};
+	auto buf = Encode(Sample(), 56); // the CM pads connect data to 56 bytes
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+	EXPECT_EQ(out.recv_depth, 1025u);
+}
+
+TEST(Hello, RejectsTruncatedData)
+{
+	auto buf = Encode(Sample());
+	zcrpc_hello out{};
+	char why[128] = "";
+	for (size_t len = 0; len < ZCRPC_HELLO_LEN; len++) {
+		EXPECT_EQ(zcrpc__hello_decode(buf.data(), len, &out, why, sizeof(why)),
+			  ZCRPC_INVALID_ARGUMENT) << "length " << len;
+		EXPECT_NE(std::strstr(why, "truncated"), nullptr) << why;
+	}
+	EXPECT_EQ(zcrpc__hello_decode(nullptr, 32, &out, why, sizeof(why)), ZCRPC_INVALID_ARGUMENT);
+}
+
+TEST(Hello, RejectsALengthFieldBeyondTheData)
+{
+	auto buf = Encode(Sample());
+	buf[6] = 48; // claims 48 bytes, only 32 present
+	zcrpc_hello out{};
+	char why[128] = "";
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_NE(std::strstr(why, "truncated"), nullptr) << why;
+}
+
+TEST(Hello, RejectsOversizedLength)
+{
+	auto buf = Encode(Sample(), 255);
+	buf[6] = 0x00;
+	buf[7] = 0x01; // 256 bytes: beyond any CM private data
+	zcrpc_hello out{};
+	char why[128] = "";
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_NE(std::strstr(why, "oversized"), nullptr) << why;
+	buf[6] = 200;
+	buf[7] = 0;
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+		  ZCRPC_INVALID_ARGUMENT);
+}
+
+TEST(Hello, ALongerFutureMessageIsAcceptedWithinLimits)
+{
+	auto buf = Encode(Sample(), 48);
+	buf[6] = 48; // a later minor revision with 16 more bytes
+	zcrpc_hello out{};
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+}
+
+TEST(Hello, RejectsWrongVersion)
+{
+	zcrpc_hello h = Sample();
+	h.version = ZCRPC_PROTO_VERSION + 1;
+	auto buf = Encode(h);
+	zcrpc_hello out{};
+	char why[128] = "";
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+		  ZCRPC_FAILED_PRECONDITION);
+	EXPECT_NE(std::strstr(why, "version"), nullptr) << why;
+	h.version = 0;
+	buf = Encode(h);
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+		  ZCRPC_FAILED_PRECONDITION);
+}
+
+TEST(Hello, RejectsBadMagicKindAndZeroDepths)
+{
+	zcrpc_hello out{};
+	auto buf = Encode(Sample());
+	buf[0] ^= 0xff;
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_INVALID_ARGUMENT);
+
+	zcrpc_hello h = Sample();
+	h.kind = 9;
+	buf = Encode(h);
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_INVALID_ARGUMENT);
+
+	h = Sample();
+	h.recv_depth = 0;
+	buf = Encode(h);
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_INVALID_ARGUMENT);
+
+	h = Sample(ZCRPC_HELLO_REJECT);
+	h.recv_depth = 0;
+	h.max_msg = 0;
+	h.status = ZCRPC_FAILED_PRECONDITION;
+	buf = Encode(h);
+	ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+	EXPECT_EQ(out.status, static_cast<uint32_t>(ZCRPC_FAILED_PRECONDITION));
+}
+
+TEST(Hello, EncodeRefusesASmallBuffer)
+{
+	zcrpc_hello h = Sample();
+	uint8_t small[ZCRPC_HELLO_LEN - 1];
+	EXPECT_EQ(zcrpc__hello_encode(&h, small, sizeof(small)), 0u);
+}
