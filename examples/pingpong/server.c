@@ -1,10 +1,11 @@
 /* zcrpc ping-pong server: echoes every message back on the connection it
  * came from.
  *
- *   zcrpc_pingpong_server [-a ADDR] [-p PORT] [-c CONNS]
+ *   zcrpc_pingpong_server [-a ADDR] [-p PORT] [-c CONNS] [-b]
  *
  * -c: exit after CONNS connections have come and gone (default: run
- * forever). Prints "listening on ADDR:PORT" once ready.
+ * forever). -b: busy-poll instead of sleeping on the worker's fd.
+ * Prints "listening on ADDR:PORT" once ready.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
@@ -67,19 +68,20 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 int main(int argc, char **argv)
 {
 	const char *addr = NULL, *port = "7471";
-	int max_conns = -1, opt, rc = 1;
+	int max_conns = -1, opt, rc = 1, busy = 0;
 	zcrpc_worker *w = NULL;
 	zcrpc_listener *l = NULL;
 	zcrpc_listen_opts lo;
 	zcrpc_status st;
 
-	while ((opt = getopt(argc, argv, "a:p:c:h")) != -1) {
+	while ((opt = getopt(argc, argv, "a:p:c:bh")) != -1) {
 		switch (opt) {
 		case 'a': addr = optarg; break;
 		case 'p': port = optarg; break;
 		case 'c': max_conns = atoi(optarg); break;
+		case 'b': busy = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-a ADDR] [-p PORT] [-c CONNS]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-a ADDR] [-p PORT] [-c CONNS] [-b]\n", argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
 	}
@@ -105,7 +107,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	while (!stop && (max_conns < 0 || closed_conns < max_conns)) {
-		st = zcrpc_worker_progress(w, 100);
+		st = zcrpc_worker_progress(w, busy ? 0 : 100);
 		if (st != ZCRPC_OK) {
 			fprintf(stderr, "server: progress: %s\n", zcrpc_status_str(st));
 			goto out;
