@@ -1,0 +1,194 @@
+// Registered memory pools, with a fake registrar (no device needed).
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "transport/mempool.h"
+
+namespace {
+
+struct FakeReg {
+	int regs = 0, deregs = 0, fail_next = 0;
+	size_t bytes = 0;
+	static int Reg(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkeys)
+	{
+		auto *f = static_cast<FakeReg *>(ctx);
+		if (f->fail_next) {
+			f->fail_next = 0;
+			return ENOMEM;
+		}
+		f->regs++;
+		f->bytes += len;
+		*handle = addr;
+		for (int i = 0; i < ZCRPC_MAX_DEVICES; i++)
+			lkeys[i] = 0x1000u * static_cast<uint32_t>(f->regs) + static_cast<uint32_t>(i);
+		return 0;
+	}
+	static void Dereg(void *ctx, void *) { static_cast<FakeReg *>(ctx)->deregs++; }
+	zcrpc__registrar R() { return {Reg, Dereg, this}; }
+};
+
+zcrpc__pool_cfg TwoClasses(uint32_t max_small = 8, uint32_t max_big = 4)
+{
+	zcrpc__pool_cfg c{};
+	c.nclasses = 2;
+	c.cls[0] = {256, 4, max_small};
+	c.cls[1] = {4160, 2, max_big};
+	return c;
+}
+
+} // namespace
+
+TEST(MemPool, RejectsBadConfigurations)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	zcrpc__pool_cfg c = TwoClasses();
+	c.cls[1].slot_size = 128; // not ascending
+	EXPECT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_INVALID_ARGUMENT);
+	c = TwoClasses();
+	c.cls[0].slot_size = 100; // not a multiple of 64
+	EXPECT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_INVALID_ARGUMENT);
+	c = TwoClasses();
+	c.nclasses = 0;
+	EXPECT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(p, nullptr);
+}
+
+TEST(MemPool, GrowsLazilyAndPicksTheSmallestFittingClass)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses();
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	EXPECT_EQ(f.regs, 0) << "nothing registered before first use";
+	zcrpc__slot s{};
+	ASSERT_EQ(zcrpc__pool_get(p, 100, &s), ZCRPC_OK);
+	EXPECT_EQ(s.size, 256u);
+	EXPECT_EQ(s.cls, 0u);
+	EXPECT_EQ(f.regs, 1);
+	ASSERT_EQ(zcrpc__pool_get(p, 257, &s), ZCRPC_OK);
+	EXPECT_EQ(s.size, 4160u);
+	EXPECT_EQ(f.regs, 2);
+	EXPECT_EQ(zcrpc__pool_get(p, 5000, &s), ZCRPC_INVALID_ARGUMENT);
+	zcrpc__pool_destroy(p);
+	EXPECT_EQ(f.deregs, 2);
+}
+
+TEST(MemPool, ExhaustionIsAStatusAndRecoversWhenSlotsReturn)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses(8, 2);
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	std::vector<zcrpc__slot> big(2);
+	for (auto &s : big)
+		ASSERT_EQ(zcrpc__pool_get(p, 4000, &s), ZCRPC_OK);
+	zcrpc__slot s{};
+	EXPECT_EQ(zcrpc__pool_get(p, 4000, &s), ZCRPC_RESOURCE_EXHAUSTED);
+	// Small requests still work, and may overflow into... nothing bigger.
+	std::vector<zcrpc__slot> small(8);
+	for (auto &x : small)
+		ASSERT_EQ(zcrpc__pool_get(p, 1, &x), ZCRPC_OK);
+	EXPECT_EQ(zcrpc__pool_get(p, 1, &s), ZCRPC_RESOURCE_EXHAUSTED);
+	zcrpc__pool_stats st;
+	zcrpc__pool_get_stats(p, &st);
+	EXPECT_EQ(st.cls[0].in_use, 8u);
+	EXPECT_EQ(st.cls[1].in_use, 2u);
+	EXPECT_GE(st.cls[1].exhausted, 1u);
+	ASSERT_EQ(zcrpc__pool_put(p, big[0].id), ZCRPC_OK);
+	ASSERT_EQ(zcrpc__pool_get(p, 4000, &s), ZCRPC_OK);
+	EXPECT_EQ(s.ptr, big[0].ptr) << "the returned slot is reused";
+	EXPECT_NE(s.id, big[0].id) << "with a new generation";
+	zcrpc__pool_destroy(p);
+}
+
+TEST(MemPool, SmallRequestsOverflowIntoALargerClass)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses(4, 4);
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	zcrpc__slot s{};
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(zcrpc__pool_get(p, 10, &s), ZCRPC_OK);
+	ASSERT_EQ(zcrpc__pool_get(p, 10, &s), ZCRPC_OK);
+	EXPECT_EQ(s.cls, 1u);
+	zcrpc__pool_destroy(p);
+}
+
+TEST(MemPool, DoubleAndStalePutsAreDetected)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses();
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	zcrpc__slot a{}, b{};
+	ASSERT_EQ(zcrpc__pool_get(p, 10, &a), ZCRPC_OK);
+	ASSERT_EQ(zcrpc__pool_put(p, a.id), ZCRPC_OK);
+	EXPECT_EQ(zcrpc__pool_put(p, a.id), ZCRPC_FAILED_PRECONDITION) << "double put";
+	ASSERT_EQ(zcrpc__pool_get(p, 10, &b), ZCRPC_OK);
+	ASSERT_EQ(b.ptr, a.ptr);
+	EXPECT_EQ(zcrpc__pool_put(p, a.id), ZCRPC_FAILED_PRECONDITION) << "stale generation";
+	zcrpc__slot look{};
+	EXPECT_EQ(zcrpc__pool_lookup(p, a.id, &look), ZCRPC_FAILED_PRECONDITION);
+	ASSERT_EQ(zcrpc__pool_lookup(p, b.id, &look), ZCRPC_OK);
+	EXPECT_EQ(look.ptr, b.ptr);
+	EXPECT_EQ(zcrpc__pool_put(p, ZCRPC_SLOT_ID(999, 0, 0)), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc__pool_put(p, ZCRPC_SLOT_ID(0, 9999, 0)), ZCRPC_INVALID_ARGUMENT);
+	zcrpc__pool_stats st;
+	zcrpc__pool_get_stats(p, &st);
+	EXPECT_EQ(st.bad_puts, 4u);
+	EXPECT_EQ(st.cls[0].in_use, 1u) << "refused puts changed nothing";
+	ASSERT_EQ(zcrpc__pool_put(p, b.id), ZCRPC_OK);
+	EXPECT_EQ(zcrpc__pool_in_use(p), 0u);
+	zcrpc__pool_destroy(p);
+}
+
+TEST(MemPool, SlotsAreDistinctAlignedAndCarryTheirRegionsKeys)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses(64, 4);
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	std::set<uint8_t *> ptrs;
+	std::set<uint64_t> ids;
+	for (int i = 0; i < 64; i++) {
+		zcrpc__slot s{};
+		ASSERT_EQ(zcrpc__pool_get(p, 256, &s), ZCRPC_OK);
+		EXPECT_EQ(reinterpret_cast<uintptr_t>(s.ptr) % 64, 0u);
+		EXPECT_TRUE(ptrs.insert(s.ptr).second);
+		EXPECT_TRUE(ids.insert(s.id).second);
+		ASSERT_NE(s.lkeys, nullptr);
+		EXPECT_EQ(s.lkeys[1] & 0xfffu, 1u);
+		std::memset(s.ptr, 0xab, s.size); // the whole slot is usable (ASan checks)
+	}
+	EXPECT_EQ(f.regs, 16) << "64 slots in regions of 4";
+	zcrpc__pool_destroy(p);
+	EXPECT_EQ(f.deregs, 16);
+}
+
+TEST(MemPool, RegistrationFailureIsExhaustionWithAMessage)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses();
+	c.nclasses = 1;
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	f.fail_next = 1;
+	zcrpc__slot s{};
+	EXPECT_EQ(zcrpc__pool_get(p, 10, &s), ZCRPC_RESOURCE_EXHAUSTED);
+	EXPECT_NE(std::strstr(zcrpc__pool_error(p), "ulimit -l"), nullptr) << zcrpc__pool_error(p);
+	EXPECT_EQ(zcrpc__pool_get(p, 10, &s), ZCRPC_OK) << "recovers once registration works";
+	zcrpc__pool_destroy(p);
+}
