@@ -68,7 +68,8 @@ int main(int argc, char **argv)
 	const char *addr = NULL, *port = "7471";
 	long iters = 1000, size = 64, timeout_ms = 10000;
 	struct client cl = {0};
-	zcrpc_conn_handlers h = {sizeof(h), on_state, on_recv, &cl};
+	zcrpc_conn_handlers h = {
+		.size = sizeof(h), .on_state = on_state, .on_recv = on_recv, .arg = &cl};
 	zcrpc_connect_opts co;
 	zcrpc_worker *w = NULL;
 	zcrpc_conn *c = NULL;

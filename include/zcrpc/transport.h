@@ -30,9 +30,29 @@
 extern "C" {
 #endif
 
+typedef struct zcrpc_context zcrpc_context;
 typedef struct zcrpc_worker zcrpc_worker;
 typedef struct zcrpc_conn zcrpc_conn;
 typedef struct zcrpc_listener zcrpc_listener;
+typedef struct zcrpc_mr zcrpc_mr;
+
+/**
+ * zcrpc_context_create - open every RDMA device librdmacm knows, with one
+ * protection domain each. A context may be shared by several workers (pass
+ * it in zcrpc_worker_opts.context), so memory registered once with
+ * zcrpc_mr_register() is usable by all of them. Safe to use from several
+ * threads once created.
+ *
+ * On success *@out holds one reference, owned by the caller and released
+ * with zcrpc_context_destroy(); workers and registrations hold their own, so
+ * the context lives until the last of them is gone.
+ * Errors: INVALID_ARGUMENT (NULL @out), UNAVAILABLE (no RDMA device or no
+ * rdma_ucm), RESOURCE_EXHAUSTED.
+ */
+ZCRPC_API zcrpc_status zcrpc_context_create(zcrpc_context **out);
+
+/** Drops the caller's reference to @ctx. NULL is a no-op. */
+ZCRPC_API void zcrpc_context_destroy(zcrpc_context *ctx);
 
 /** Worker settings. Initialise with zcrpc_worker_opts_init(). */
 typedef struct zcrpc_worker_opts {
@@ -43,20 +63,24 @@ typedef struct zcrpc_worker_opts {
 	uint8_t ack_timeout;	 /**< RDMA_OPTION_ID_ACK_TIMEOUT exponent (4.096 us * 2^n); default 16 */
 	uint8_t retry_count;	 /**< transport retries, 0..6 (7 would mean forever on rxe); default 6 */
 	uint8_t rnr_retry_count; /**< receiver-not-ready retries, 0..7; default 0 (credits prevent RNR) */
+	uint32_t pool_max_slots; /**< limit of the worker's pool, per size class; default 16384 */
+	zcrpc_context *context;	 /**< shared device context, or NULL for a private one */
 } zcrpc_worker_opts;
 
 /** Fills @opts with the defaults documented above (and sets opts->size). */
 ZCRPC_API void zcrpc_worker_opts_init(zcrpc_worker_opts *opts);
 
 /**
- * zcrpc_worker_create - make a worker (CM event channel, epoll fd, timerfd,
- * eventfd). Devices, protection domains and completion channels are opened
- * lazily, when a connection first uses a device.
+ * zcrpc_worker_create - make a worker: CM event channel, epoll fd, timerfd,
+ * eventfd, a completion channel per device, and a registered memory pool
+ * (two size classes: 256-byte slots and slots of 8 + max_msg bytes, grown in
+ * regions up to pool_max_slots each). The worker uses opts->context (taking
+ * a reference) or makes a private context.
  *
  * @opts may be NULL for defaults; it is copied. On success *@out is set and
  * owned by the caller (release with zcrpc_worker_destroy()).
  * Errors: INVALID_ARGUMENT (bad option), RESOURCE_EXHAUSTED (out of memory or
- * file descriptors), UNAVAILABLE (no RDMA CM: rdma_ucm not loaded).
+ * file descriptors), UNAVAILABLE (no RDMA device, or rdma_ucm not loaded).
  */
 ZCRPC_API zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 					   zcrpc_worker **out);
@@ -80,6 +104,10 @@ ZCRPC_API void zcrpc_worker_destroy(zcrpc_worker *w);
  * FAILED_PRECONDITION when called from inside a callback.
  */
 ZCRPC_API zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms);
+
+/** The worker's device context (a borrowed pointer, valid while the worker
+ * lives): register memory with it for zcrpc_conn_write(). */
+ZCRPC_API zcrpc_context *zcrpc_worker_context(const zcrpc_worker *w);
 
 /**
  * zcrpc_worker_fd - the worker's epoll file descriptor, for the application's
@@ -126,7 +154,21 @@ typedef struct zcrpc_conn_handlers {
 	 */
 	void (*on_recv)(zcrpc_conn *conn, const void *data, size_t len,
 			void *arg);
-	void *arg; /**< passed to both callbacks */
+	void *arg; /**< passed to every callback */
+	/**
+	 * A zcrpc_conn_write() finished: OK once the data is in the peer's
+	 * memory, or why it failed. Runs exactly once per accepted write,
+	 * before the connection's CLOSED callback. May be NULL.
+	 */
+	void (*on_write_done)(zcrpc_conn *conn, void *user_ctx,
+			      zcrpc_status status, void *arg);
+	/**
+	 * The peer's RDMA WRITE with immediate of @len bytes into memory this
+	 * side granted has landed; @imm is the peer's 32-bit value. May be
+	 * NULL (the write still costs the peer one credit).
+	 */
+	void (*on_write_imm)(zcrpc_conn *conn, uint32_t imm, size_t len,
+			     void *arg);
 } zcrpc_conn_handlers;
 
 /** Active-side connect settings. Initialise with zcrpc_connect_opts_init(). */
@@ -203,13 +245,15 @@ ZCRPC_API void zcrpc_listener_destroy(zcrpc_listener *l);
 
 /**
  * zcrpc_conn_send - send one message of @len bytes (0..max_msg of the
- * receiver). The bytes are copied into a registered send slot before the
- * call returns, so @data stays the caller's.
+ * receiver). The bytes are copied into a registered pool slot before the
+ * call returns (counted in copied_bytes), so @data stays the caller's; use
+ * zcrpc_msg_alloc() + zcrpc_conn_send_msg() to send without the copy. A
+ * message larger than the peer accepts is refused, never truncated.
  *
  * Errors: INVALID_ARGUMENT (NULL data with len > 0, len above the peer's
  * max_msg), FAILED_PRECONDITION (not ESTABLISHED), RESOURCE_EXHAUSTED (no
- * credit from the peer or no free send slot right now: progress the worker
- * and try again; zcrpc_conn_can_send() tells when).
+ * credit from the peer, send queue full, or pool at its limit right now:
+ * progress the worker and try again; zcrpc_conn_can_send() tells when).
  */
 ZCRPC_API zcrpc_status zcrpc_conn_send(zcrpc_conn *conn, const void *data,
 				       size_t len);
@@ -217,6 +261,123 @@ ZCRPC_API zcrpc_status zcrpc_conn_send(zcrpc_conn *conn, const void *data,
 /** Non-zero when zcrpc_conn_send() of one message would not fail with
  * RESOURCE_EXHAUSTED. */
 ZCRPC_API int zcrpc_conn_can_send(const zcrpc_conn *conn);
+
+/**
+ * A message buffer in the worker's registered pool: fill @data (up to
+ * @capacity bytes) and send it with zcrpc_conn_send_msg() without a copy.
+ * @id names the slot; treat it as opaque.
+ */
+typedef struct zcrpc_msg {
+	void *data;
+	size_t capacity;
+	uint64_t id;
+} zcrpc_msg;
+
+/**
+ * zcrpc_msg_alloc - take a pool slot with room for a @len-byte message.
+ * The caller owns it until zcrpc_conn_send_msg() succeeds or
+ * zcrpc_msg_free(). Errors: INVALID_ARGUMENT (@len above max_msg),
+ * RESOURCE_EXHAUSTED (the pool is at its limit: free or send some first).
+ */
+ZCRPC_API zcrpc_status zcrpc_msg_alloc(zcrpc_worker *w, size_t len,
+				       zcrpc_msg *out);
+
+/**
+ * zcrpc_msg_free - give back a slot the caller owns (from zcrpc_msg_alloc()
+ * or zcrpc_conn_recv_keep()); @m is cleared. Errors: INVALID_ARGUMENT
+ * (unknown slot), FAILED_PRECONDITION (already freed or sent).
+ */
+ZCRPC_API zcrpc_status zcrpc_msg_free(zcrpc_worker *w, zcrpc_msg *m);
+
+/**
+ * zcrpc_conn_send_msg - send the first @len bytes of @m, in place. On OK the
+ * slot belongs to the library (it returns to the pool when the send
+ * completes) and @m is cleared; on any error the caller still owns it.
+ * Errors as zcrpc_conn_send(), plus INVALID_ARGUMENT when @len exceeds the
+ * slot or @m is not a slot the caller owns.
+ */
+ZCRPC_API zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *conn, zcrpc_msg *m,
+					   size_t len);
+
+/**
+ * zcrpc_conn_recv_keep - only inside on_recv: keep the message being
+ * delivered instead of letting the library repost its slot. *@out then
+ * describes it (data, length as capacity) and the caller owns it until
+ * zcrpc_msg_free(). The library replaces the receive from the pool before
+ * returning the credit; while the pool has no slot to spare, the credit is
+ * withheld, which slows the peer down instead of dropping anything.
+ * Errors: FAILED_PRECONDITION (not inside on_recv of @conn).
+ */
+ZCRPC_API zcrpc_status zcrpc_conn_recv_keep(zcrpc_conn *conn, zcrpc_msg *out);
+
+/** Access flags for zcrpc_mr_register(). */
+#define ZCRPC_MR_REMOTE_WRITE 0x1u /**< peers may RDMA WRITE into it */
+
+/**
+ * zcrpc_mr_register - register @len bytes at @addr on every device of @ctx,
+ * once, so they can be the source of zcrpc_conn_write() on any connection
+ * of a worker using @ctx, or (with ZCRPC_MR_REMOTE_WRITE) a write target
+ * granted with zcrpc_mr_grant(). The memory stays the caller's and must
+ * outlive the registration; nothing is copied.
+ * Errors: INVALID_ARGUMENT, RESOURCE_EXHAUSTED (pinning refused: check
+ * `ulimit -l`).
+ */
+ZCRPC_API zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr,
+					 size_t len, unsigned flags,
+					 zcrpc_mr **out);
+
+/** Deregisters @mr (no write may still use it). NULL is a no-op. */
+ZCRPC_API void zcrpc_mr_deregister(zcrpc_mr *mr);
+
+/** Where a peer may write: address, length and key, for one connection. */
+typedef struct zcrpc_remote_region {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+	uint32_t reserved; /**< 0 */
+} zcrpc_remote_region;
+
+/** Bytes of an encoded zcrpc_remote_region (docs/protocol.md §5). */
+#define ZCRPC_REMOTE_REGION_LEN 24
+
+/**
+ * zcrpc_mr_grant - describe @len bytes at @offset of @mr for the peer of
+ * @conn to write into. Send the description to the peer (encoded with
+ * zcrpc_remote_region_encode()). The grant lasts as long as the
+ * registration. Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (@mr lacks
+ * ZCRPC_MR_REMOTE_WRITE, or @conn is closed), OUT_OF_RANGE.
+ */
+ZCRPC_API zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr,
+				      const zcrpc_conn *conn, size_t offset,
+				      size_t len, zcrpc_remote_region *out);
+
+/** Writes @r as ZCRPC_REMOTE_REGION_LEN little-endian bytes into @buf. */
+ZCRPC_API void zcrpc_remote_region_encode(const zcrpc_remote_region *r,
+					  uint8_t *buf);
+
+/** Parses what zcrpc_remote_region_encode() wrote. Errors:
+ * INVALID_ARGUMENT (short buffer, zero length, non-zero reserved field). */
+ZCRPC_API zcrpc_status zcrpc_remote_region_decode(const void *buf, size_t len,
+						  zcrpc_remote_region *out);
+
+/**
+ * zcrpc_conn_write - RDMA WRITE @len bytes from @src (at @src_offset) into
+ * the region @dst the peer granted (at @dst_offset), with immediate data
+ * *@imm when @imm is not NULL (the peer's on_write_imm then runs once it
+ * landed; that costs one credit, like a message). Transfers larger than the
+ * device's max_msg_sz are split into several WRITEs (only the last carries
+ * the immediate). Queued when the send queue is full; the result comes once
+ * through on_write_done(@user_ctx). The caller keeps @src's memory unchanged
+ * until then. Both ranges are checked before anything is posted.
+ * Errors: INVALID_ARGUMENT (NULL, zero length), OUT_OF_RANGE (outside @src
+ * or outside @dst), FAILED_PRECONDITION (not ESTABLISHED, or @src from
+ * another context), RESOURCE_EXHAUSTED (out of memory).
+ */
+ZCRPC_API zcrpc_status zcrpc_conn_write(zcrpc_conn *conn, const zcrpc_mr *src,
+					size_t src_offset, size_t len,
+					const zcrpc_remote_region *dst,
+					uint64_t dst_offset,
+					const uint32_t *imm, void *user_ctx);
 
 /**
  * zcrpc_conn_close - start an orderly close (rdma_disconnect, so posted work
@@ -250,8 +411,13 @@ ZCRPC_API const char *zcrpc_conn_error(const zcrpc_conn *conn);
 typedef struct zcrpc_conn_stats {
 	uint64_t msgs_sent, msgs_recv;	 /**< data messages */
 	uint64_t bytes_sent, bytes_recv; /**< data payload bytes */
+	uint64_t copied_bytes;		 /**< bytes memcpy'd on the data path (zcrpc_conn_send) */
+	uint64_t writes, write_bytes;	 /**< completed zcrpc_conn_write() calls and bytes */
+	uint64_t write_imms_recv;	 /**< peer writes with immediate received */
 	uint64_t credit_updates_sent;	 /**< explicit credit messages */
 	uint64_t credit_stalls;		 /**< sends refused for lack of credit */
+	uint64_t rnr_events;		 /**< receiver-not-ready errors (should stay 0) */
+	uint32_t recv_posted;		 /**< receives posted right now */
 	uint32_t peer_recv_depth;	 /**< credits the peer granted at connect */
 	uint32_t peer_max_msg;		 /**< largest message the peer accepts */
 	uint32_t max_inline;		 /**< inline size the QP was granted */
@@ -260,6 +426,24 @@ typedef struct zcrpc_conn_stats {
 /** Copies the connection's counters into @out. */
 ZCRPC_API void zcrpc_conn_get_stats(const zcrpc_conn *conn,
 				    zcrpc_conn_stats *out);
+
+/** Per-worker counters: its connections' totals (including destroyed ones)
+ * and its pool. */
+typedef struct zcrpc_worker_stats {
+	uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv;
+	uint64_t copied_bytes; /**< bytes memcpy'd on the data path */
+	uint64_t writes, write_bytes, write_imms_recv;
+	uint64_t credit_stalls, rnr_events;
+	uint32_t conns;		     /**< connections alive */
+	uint32_t pool_in_use;	     /**< pool slots taken (receives posted, messages held) */
+	uint32_t pool_capacity;	     /**< pool slots allocated and registered */
+	uint64_t pool_exhausted;     /**< times a pool class was at its limit */
+	uint64_t pool_bad_frees;     /**< double or stale frees refused */
+} zcrpc_worker_stats;
+
+/** Copies the worker's counters into @out. */
+ZCRPC_API void zcrpc_worker_get_stats(const zcrpc_worker *w,
+				      zcrpc_worker_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,17 +1,28 @@
-/* zcrpc — a connection: its QP, CQ and registered slots; the send/recv path
- * with credits; state changes from CM events and completions; teardown. */
+/* zcrpc — a connection's lifecycle: QP and CQ setup, the handshake
+ * parameters, state changes from CM events, deadlines, close, teardown.
+ * The data path is in sendrecv.c and write.c. */
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/le.h"
 #include "hello.h"
 
 #define ZCRPC_INLINE_WANTED 220
 #define ZCRPC_CLOSE_TIMEOUT_NS (2000LL * 1000000LL)
+
+void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
+			  const zcrpc_conn_handlers *src)
+{
+	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
+
+	memset(dst, 0, sizeof(*dst));
+	memcpy(dst, src, n); /* an older, smaller struct: newer fields NULL */
+	dst->size = sizeof(*dst);
+}
 
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 {
@@ -21,7 +32,7 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 		return NULL;
 	c->w = w;
 	if (h)
-		c->h = *h;
+		zcrpc__copy_handlers(&c->h, h);
 	c->state = ZCRPC_CONN_CONNECTING;
 	c->status = ZCRPC_OK;
 	c->next = w->conns;
@@ -31,38 +42,16 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 	return c;
 }
 
-static uint8_t *slot_ptr(zcrpc_conn *c, uint32_t idx)
-{
-	return c->buf + (size_t)idx * c->slot_size;
-}
-
-static int post_recv(zcrpc_conn *c, uint32_t idx)
-{
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)slot_ptr(c, idx),
-		.length = c->slot_size,
-		.lkey = c->mr->lkey,
-	};
-	struct ibv_recv_wr wr = {
-		.wr_id = ZCRPC_WR_ID(ZCRPC_WR_RECV, idx),
-		.sg_list = &sge,
-		.num_sge = 1,
-	};
-	struct ibv_recv_wr *bad;
-
-	return ibv_post_recv(c->id->qp, &wr, &bad);
-}
-
-/* Creates the CQ (on the device's completion channel), the QP on the
- * worker's PD, registers the slots and posts every receive. Called before
- * rdma_connect / rdma_accept. On failure the caller tears down. */
+/* Creates the CQ (on the device's completion channel) and the QP on the
+ * context's PD, and posts every receive from the worker's pool. Called
+ * before rdma_connect / rdma_accept. On failure the caller fails the
+ * connection, which tears it down. */
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 {
 	zcrpc_worker *w = c->w;
 	struct ibv_qp_init_attr attr;
 	struct ibv_qp_attr qattr;
-	size_t bytes;
-	uint32_t i, cqe;
+	uint32_t cqe;
 	zcrpc_status st;
 	uint8_t tmo = w->opts.ack_timeout;
 
@@ -73,17 +62,21 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 		return st;
 
 	c->recv_depth = w->opts.recv_depth;
-	c->send_depth = w->opts.send_depth;
-	c->slot_size = (ZCRPC_MSG_HDR_LEN + w->opts.max_msg + 63) & ~63u;
-	cqe = c->recv_depth + c->send_depth;
-	if ((int)cqe > c->dev->attr.max_cqe ||
-	    (int)c->recv_depth > c->dev->attr.max_qp_wr ||
-	    (int)c->send_depth > c->dev->attr.max_qp_wr) {
+	c->sq_depth = w->opts.send_depth;
+	cqe = c->recv_depth + c->sq_depth;
+	if ((int)cqe > c->dev->attr->max_cqe ||
+	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||
+	    (int)c->sq_depth > c->dev->attr->max_qp_wr) {
 		zcrpc__conn_fail(c, ZCRPC_INVALID_ARGUMENT,
 				 "queue depths exceed the device (max_cqe %d, max_qp_wr %d)",
-				 c->dev->attr.max_cqe, c->dev->attr.max_qp_wr);
+				 c->dev->attr->max_cqe, c->dev->attr->max_qp_wr);
 		return ZCRPC_INVALID_ARGUMENT;
 	}
+	st = zcrpc__conn_alloc_queues(c);
+	if (st != ZCRPC_OK)
+		return st;
+	/* Error completions come even for unsignaled work requests: the CQ
+	 * holds both queues in full. */
 	c->cq = ibv_create_cq(id->verbs, (int)cqe, c, c->dev->comp_ch, 0);
 	if (!c->cq)
 		goto err_errno;
@@ -92,7 +85,7 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	attr.send_cq = c->cq;
 	attr.recv_cq = c->cq;
 	attr.qp_type = IBV_QPT_RC;
-	attr.cap.max_send_wr = c->send_depth;
+	attr.cap.max_send_wr = c->sq_depth;
 	attr.cap.max_recv_wr = c->recv_depth;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
@@ -106,28 +99,12 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	memset(&qattr, 0, sizeof(qattr));
 	if (ibv_query_qp(id->qp, &qattr, IBV_QP_CAP, &attr))
 		goto err_errno;
-	c->max_inline = attr.cap.max_inline_data;
+	c->max_inline = attr.cap.max_inline_data; /* what was granted */
 	c->stats.max_inline = c->max_inline;
 
-	bytes = (size_t)(c->recv_depth + c->send_depth) * c->slot_size;
-	if (posix_memalign((void **)&c->buf, 4096, bytes))
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	c->mr = ibv_reg_mr(c->dev->pd, c->buf, bytes, IBV_ACCESS_LOCAL_WRITE);
-	if (!c->mr) {
-		zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED,
-				 "ibv_reg_mr of %zu bytes: %s (check `ulimit -l`)",
-				 bytes, strerror(errno));
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	}
-	c->free_send = malloc(sizeof(uint32_t) * c->send_depth);
-	if (!c->free_send)
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	for (i = 0; i < c->send_depth; i++)
-		c->free_send[i] = c->recv_depth + c->send_depth - 1 - i;
-	c->n_free_send = c->send_depth;
-	for (i = 0; i < c->recv_depth; i++)
-		if (post_recv(c, i))
-			goto err_errno;
+	st = zcrpc__conn_post_all_recvs(c);
+	if (st != ZCRPC_OK)
+		return st;
 	if (ibv_req_notify_cq(c->cq, 0))
 		goto err_errno;
 	c->cq_armed = 1;
@@ -159,7 +136,7 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 	memset(p, 0, sizeof(*p));
 	p->private_data = pd_buf;
 	p->private_data_len = (uint8_t)zcrpc__hello_encode(&h, pd_buf, pd_cap);
-	/* The bulk path (RDMA WRITE) needs no RDMA READ credits yet. */
+	/* RDMA WRITE needs no RDMA READ credits. */
 	p->responder_resources = 1;
 	p->initiator_depth = 1;
 	p->retry_count = c->w->opts.retry_count;
@@ -193,6 +170,9 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 		c->dead = 1;
 		return;
 	}
+	/* Every write gets its answer before the connection's last word. */
+	zcrpc__conn_fail_writes(c, st == ZCRPC_OK ? ZCRPC_CANCELLED
+						  : ZCRPC_UNAVAILABLE);
 	notify(c, ZCRPC_CONN_CLOSED, st);
 }
 
@@ -309,204 +289,6 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
 	}
 }
 
-/* Posts one message (header + @len payload bytes from @payload) using a
- * send slot and one credit. The caller checked both are available. */
-static int post_msg(zcrpc_conn *c, uint8_t type, const void *payload,
-		    size_t len)
-{
-	uint32_t idx = c->free_send[--c->n_free_send];
-	uint8_t *p = slot_ptr(c, idx);
-	uint32_t give = c->owed > 0xffff ? 0xffff : c->owed;
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)p,
-		.length = (uint32_t)(ZCRPC_MSG_HDR_LEN + len),
-		.lkey = c->mr->lkey,
-	};
-	struct ibv_send_wr wr = {
-		.wr_id = ZCRPC_WR_ID(ZCRPC_WR_SEND, idx),
-		.sg_list = &sge,
-		.num_sge = 1,
-		.opcode = IBV_WR_SEND,
-		.send_flags = IBV_SEND_SIGNALED,
-	};
-	struct ibv_send_wr *bad;
-	int rc;
-
-	p[0] = type;
-	p[1] = 0;
-	zcrpc__put_le16(p + 2, (uint16_t)give);
-	zcrpc__put_le32(p + 4, (uint32_t)len);
-	if (len)
-		memcpy(p + ZCRPC_MSG_HDR_LEN, payload, len);
-	if (sge.length <= c->max_inline)
-		wr.send_flags |= IBV_SEND_INLINE;
-	rc = ibv_post_send(c->id->qp, &wr, &bad);
-	if (rc) {
-		c->free_send[c->n_free_send++] = idx;
-		return rc;
-	}
-	c->credits--;
-	c->owed -= give;
-	return 0;
-}
-
-/* Sends an explicit credit update when enough receives were reposted and no
- * data message carried them back. Uses the credit kept in reserve. */
-static void maybe_send_credits(zcrpc_conn *c)
-{
-	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
-		return;
-	if (c->owed < c->recv_depth / 2 || c->credits < 1 || !c->n_free_send)
-		return;
-	if (post_msg(c, ZCRPC_MSG_CREDIT, NULL, 0) == 0)
-		c->stats.credit_updates_sent++;
-}
-
-int zcrpc_conn_can_send(const zcrpc_conn *c)
-{
-	return c && c->state == ZCRPC_CONN_ESTABLISHED && !c->closing &&
-	       c->credits >= 2 && c->n_free_send > 0;
-}
-
-zcrpc_status zcrpc_conn_send(zcrpc_conn *c, const void *data, size_t len)
-{
-	int rc;
-
-	if (!c || (!data && len))
-		return ZCRPC_INVALID_ARGUMENT;
-	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
-		return ZCRPC_FAILED_PRECONDITION;
-	if (len > c->peer_max_msg)
-		return ZCRPC_INVALID_ARGUMENT;
-	if (c->credits < 2) { /* one credit is kept for credit updates */
-		c->stats.credit_stalls++;
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	}
-	if (!c->n_free_send)
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	rc = post_msg(c, ZCRPC_MSG_DATA, data, len);
-	if (rc) {
-		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "ibv_post_send: %s",
-				 strerror(rc));
-		return ZCRPC_UNAVAILABLE;
-	}
-	c->stats.msgs_sent++;
-	c->stats.bytes_sent += len;
-	return ZCRPC_OK;
-}
-
-static void on_recv(zcrpc_conn *c, uint32_t idx, uint32_t byte_len)
-{
-	const uint8_t *p = slot_ptr(c, idx);
-	uint32_t len;
-
-	if (byte_len < ZCRPC_MSG_HDR_LEN) {
-		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
-				 "protocol violation: %u-byte message", byte_len);
-		return;
-	}
-	len = zcrpc__get_le32(p + 4);
-	if (len != byte_len - ZCRPC_MSG_HDR_LEN ||
-	    len > c->w->opts.max_msg || p[1] != 0 ||
-	    (p[0] != ZCRPC_MSG_DATA && p[0] != ZCRPC_MSG_CREDIT) ||
-	    (p[0] == ZCRPC_MSG_CREDIT && len != 0)) {
-		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
-				 "protocol violation: type %u flags %u length %u in a %u-byte message",
-				 p[0], p[1], len, byte_len);
-		return;
-	}
-	c->credits += zcrpc__get_le16(p + 2);
-	if (c->credits > c->peer_recv_depth) {
-		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
-				 "protocol violation: peer returned more credits than it granted");
-		return;
-	}
-	if (p[0] == ZCRPC_MSG_DATA) {
-		c->stats.msgs_recv++;
-		c->stats.bytes_recv += len;
-		if (c->h.on_recv && !c->dead)
-			c->h.on_recv(c, p + ZCRPC_MSG_HDR_LEN, len, c->h.arg);
-	}
-	if (c->state == ZCRPC_CONN_CLOSED || c->closing)
-		return;
-	if (post_recv(c, idx)) {
-		zcrpc__conn_fail(c, ZCRPC_INTERNAL, "ibv_post_recv failed");
-		return;
-	}
-	c->owed++;
-}
-
-static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
-{
-	uint64_t kind = ZCRPC_WR_KIND(wc->wr_id);
-	uint32_t idx = ZCRPC_WR_IDX(wc->wr_id);
-
-	if (kind == ZCRPC_WR_SEND && idx >= c->recv_depth &&
-	    idx < c->recv_depth + c->send_depth)
-		c->free_send[c->n_free_send++] = idx;
-	if (wc->status != IBV_WC_SUCCESS) {
-		if (c->state == ZCRPC_CONN_CLOSED || c->closing)
-			return; /* flushes after a close are expected */
-		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "%s completion: %s",
-				 kind == ZCRPC_WR_SEND ? "send" : "receive",
-				 ibv_wc_status_str(wc->status));
-		return;
-	}
-	if (kind == ZCRPC_WR_RECV && c->state == ZCRPC_CONN_CONNECTING &&
-	    c->passive) {
-		/* Data may arrive before ESTABLISHED on the passive side
-		 * (rxe raises no COMM_EST): the client only sends once it
-		 * is established, so we are too. */
-		zcrpc__conn_established(c);
-	}
-	if (kind == ZCRPC_WR_RECV && idx < c->recv_depth &&
-	    c->state == ZCRPC_CONN_ESTABLISHED)
-		on_recv(c, idx, wc->byte_len);
-}
-
-int zcrpc__conn_poll(zcrpc_conn *c)
-{
-	struct ibv_wc wc[ZCRPC_POLL_BATCH];
-	int n, i, total = 0;
-
-	if (c->nstash) { /* completions taken by zcrpc__conn_arm() */
-		n = c->nstash;
-		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
-		c->nstash = 0;
-		for (i = 0; i < n && !c->torn_down; i++)
-			on_wc(c, &wc[i]);
-		total += n;
-	}
-	do {
-		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
-		for (i = 0; i < n && !c->torn_down; i++)
-			on_wc(c, &wc[i]);
-		if (n > 0)
-			total += n;
-	} while (n == ZCRPC_POLL_BATCH && !c->torn_down);
-	if (total)
-		maybe_send_credits(c);
-	return total;
-}
-
-int zcrpc__conn_arm(zcrpc_conn *c)
-{
-	if (c->cq_armed)
-		return c->nstash > 0;
-	if (ibv_req_notify_cq(c->cq, 0))
-		return 0;
-	c->cq_armed = 1;
-	/* A completion may have arrived between the last poll and arming; it
-	 * raises no event. Keep it for the next poll: arm runs no callback. */
-	if (c->nstash < ZCRPC_POLL_BATCH) {
-		int n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH - c->nstash,
-				    c->stash + c->nstash);
-		if (n > 0)
-			c->nstash += n;
-	}
-	return c->nstash > 0;
-}
-
 void zcrpc_conn_close(zcrpc_conn *c)
 {
 	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing)
@@ -517,6 +299,7 @@ void zcrpc_conn_close(zcrpc_conn *c)
 		return;
 	}
 	c->closing = 1;
+	zcrpc__conn_fail_writes(c, ZCRPC_CANCELLED);
 	if (rdma_disconnect(c->id)) {
 		c->disconnected = 1;
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed");
@@ -531,7 +314,7 @@ void zcrpc_conn_destroy(zcrpc_conn *c)
 {
 	if (!c || c->dead)
 		return;
-	c->dead = 1;
+	c->dead = 1; /* no callback for it from now on */
 	if (c->state != ZCRPC_CONN_CLOSED) {
 		c->status = ZCRPC_CANCELLED;
 		c->state = ZCRPC_CONN_CLOSED;
@@ -544,8 +327,10 @@ void zcrpc_conn_destroy(zcrpc_conn *c)
 	}
 }
 
-/* Releases the verbs resources. The id goes last: rdma_destroy_id waits
- * for events already read, which we always acknowledge at once. */
+/* Releases the verbs resources and gives every slot back to the pool,
+ * exactly once: what the send ring and the receive positions still hold.
+ * The id goes last: rdma_destroy_id waits for events already read, which
+ * are always acknowledged at once. */
 void zcrpc__conn_teardown(zcrpc_conn *c)
 {
 	if (c->torn_down)
@@ -562,14 +347,8 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 		ibv_destroy_cq(c->cq);
 		c->cq = NULL;
 	}
-	if (c->mr) {
-		ibv_dereg_mr(c->mr);
-		c->mr = NULL;
-	}
-	free(c->buf);
-	c->buf = NULL;
-	free(c->free_send);
-	c->free_send = NULL;
+	c->nstash = 0;
+	zcrpc__conn_release_queues(c);
 	if (c->id) {
 		rdma_destroy_ep(c->id);
 		c->id = NULL;
@@ -580,6 +359,7 @@ void zcrpc__conn_free(zcrpc_conn *c)
 {
 	zcrpc_worker *w = c->w;
 
+	zcrpc__worker_account_gone(w, c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -592,9 +372,9 @@ void zcrpc__conn_free(zcrpc_conn *c)
 zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *c,
 				     const zcrpc_conn_handlers *h)
 {
-	if (!c || !h || h->size < sizeof(*h))
+	if (!c || !h || h->size < offsetof(zcrpc_conn_handlers, on_write_done))
 		return ZCRPC_INVALID_ARGUMENT;
-	c->h = *h;
+	zcrpc__copy_handlers(&c->h, h);
 	return ZCRPC_OK;
 }
 

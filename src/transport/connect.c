@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,7 +192,7 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	zcrpc_conn *c;
 
 	if (!w || !host || !port || !handlers || !out ||
-	    handlers->size < sizeof(*handlers))
+	    handlers->size < offsetof(zcrpc_conn_handlers, on_write_done))
 		return ZCRPC_INVALID_ARGUMENT;
 	zcrpc_connect_opts_init(&o);
 	if (opts) {

@@ -1,5 +1,6 @@
-/* zcrpc — per-worker device state: protection domain and completion channel
- * of each RDMA device the worker's connections use. */
+/* zcrpc — the devices of the worker's context as this worker uses them:
+ * one completion channel each (in the worker's epoll set), opened when a
+ * connection first uses the device. */
 #include "internal.h"
 
 #include <errno.h>
@@ -10,51 +11,43 @@
 zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 			       struct zcrpc__device **out)
 {
+	int idx = verbs ? zcrpc__context_dev_index(w->ctx, verbs) : -1;
 	struct zcrpc__device *d;
 
-	if (!verbs)
+	if (idx < 0) {
+		zcrpc__worker_seterr(w, "device %s is not in the worker's context",
+				     verbs ? ibv_get_device_name(verbs->device)
+					   : "(none)");
 		return ZCRPC_UNAVAILABLE;
-	for (d = w->devices; d; d = d->next) {
-		if (d->verbs == verbs) {
-			*out = d;
-			return ZCRPC_OK;
-		}
 	}
-	d = calloc(1, sizeof(*d));
-	if (!d)
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	d->verbs = verbs;
-	if (ibv_query_device(verbs, &d->attr))
-		goto err_free;
-	d->pd = ibv_alloc_pd(verbs);
-	if (!d->pd)
-		goto err_free;
-	d->comp_ch = ibv_create_comp_channel(verbs);
-	if (!d->comp_ch)
-		goto err_pd;
-	d->src = (struct zcrpc__src){ZCRPC_SRC_COMP, d};
-	if (zcrpc__epoll_add(w, d->comp_ch->fd, &d->src))
-		goto err_ch;
-	d->next = w->devices;
-	w->devices = d;
+	d = &w->dev[idx];
+	if (!d->comp_ch) {
+		d->comp_ch = ibv_create_comp_channel(verbs);
+		if (!d->comp_ch)
+			goto err;
+		d->src = (struct zcrpc__src){ZCRPC_SRC_COMP, d};
+		if (zcrpc__epoll_add(w, d->comp_ch->fd, &d->src)) {
+			ibv_destroy_comp_channel(d->comp_ch);
+			d->comp_ch = NULL;
+			goto err;
+		}
+		d->idx = idx;
+		d->verbs = verbs;
+		d->pd = w->ctx->dev[idx].pd;
+		d->attr = &w->ctx->dev[idx].attr;
+		d->max_msg_sz = w->ctx->dev[idx].max_msg_sz;
+	}
 	*out = d;
 	return ZCRPC_OK;
-
-err_ch:
-	ibv_destroy_comp_channel(d->comp_ch);
-err_pd:
-	ibv_dealloc_pd(d->pd);
-err_free:
-	zcrpc__worker_seterr(w, "opening device %s: %s",
-			     ibv_get_device_name(verbs->device),
-			     strerror(errno));
-	free(d);
+err:
+	zcrpc__worker_seterr(w, "completion channel on %s: %s",
+			     ibv_get_device_name(verbs->device), strerror(errno));
 	return ZCRPC_RESOURCE_EXHAUSTED;
 }
 
 /* The completion channel is readable: take each CQ event, note that its CQ
  * is no longer armed, and poll that CQ. Events are acknowledged in batches
- * (conn.c). */
+ * (and the rest at teardown). */
 void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev)
 {
 	struct ibv_cq *cq;
@@ -77,13 +70,15 @@ void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev)
 
 void zcrpc__device_close_all(zcrpc_worker *w)
 {
-	while (w->devices) {
-		struct zcrpc__device *d = w->devices;
+	int i;
 
-		w->devices = d->next;
+	for (i = 0; i < ZCRPC_MAX_DEVICES; i++) {
+		struct zcrpc__device *d = &w->dev[i];
+
+		if (!d->comp_ch)
+			continue;
 		epoll_ctl(w->epfd, EPOLL_CTL_DEL, d->comp_ch->fd, NULL);
 		ibv_destroy_comp_channel(d->comp_ch);
-		ibv_dealloc_pd(d->pd);
-		free(d);
+		d->comp_ch = NULL;
 	}
 }

@@ -1,16 +1,52 @@
-/* zcrpc — transport internals shared by worker.c, device.c, conn.c,
- * connect.c and listener.c. Not installed. */
+/* zcrpc — transport internals shared by the files of src/transport.
+ * Not installed. */
 #ifndef ZCRPC_TRANSPORT_INTERNAL_H
 #define ZCRPC_TRANSPORT_INTERNAL_H
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "mempool.h"
 #include "zcrpc/transport.h"
+
+/* ---- context.c: devices shared by workers ---------------------------- */
+
+struct zcrpc__ctx_dev {
+	struct ibv_context *verbs; /* owned by librdmacm */
+	struct ibv_pd *pd;
+	struct ibv_device_attr attr;
+	uint32_t max_msg_sz; /* of port 1 */
+};
+
+struct zcrpc_context {
+	atomic_int refs;
+	int ndev;
+	struct zcrpc__ctx_dev dev[ZCRPC_MAX_DEVICES];
+	struct ibv_context **list; /* rdma_get_devices() */
+};
+
+struct zcrpc_mr {
+	zcrpc_context *ctx;
+	void *addr;
+	size_t len;
+	unsigned flags;
+	struct ibv_mr *mrs[ZCRPC_MAX_DEVICES]; /* per context device */
+};
+
+void zcrpc__context_ref(zcrpc_context *ctx);
+void zcrpc__context_unref(zcrpc_context *ctx);
+int zcrpc__context_dev_index(const zcrpc_context *ctx,
+			     const struct ibv_context *verbs);
+int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
+		       struct ibv_mr **mrs);
+struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx);
+
+/* ---- worker.c ----------------------------------------------------------- */
 
 /* What an epoll registration points at. */
 enum zcrpc__src_kind {
@@ -26,13 +62,14 @@ struct zcrpc__src {
 	void *obj;
 };
 
-/* A device the worker uses: its PD and completion channel. */
+/* A context device as one worker uses it: its completion channel. */
 struct zcrpc__device {
-	struct zcrpc__device *next;
-	struct ibv_context *verbs; /* owned by librdmacm */
+	int idx; /* in the context */
+	struct ibv_context *verbs;
 	struct ibv_pd *pd;
+	const struct ibv_device_attr *attr;
+	uint32_t max_msg_sz;
 	struct ibv_comp_channel *comp_ch;
-	struct ibv_device_attr attr;
 	struct zcrpc__src src;
 };
 
@@ -49,24 +86,83 @@ struct zcrpc__job {
 	char detail[160];
 };
 
-/* Transport message header (docs/protocol.md, "Messages"). */
-#define ZCRPC_POLL_BATCH 16
+struct zcrpc_worker {
+	zcrpc_worker_opts opts;
+	zcrpc_context *ctx; /* one reference held */
+	struct zcrpc__pool *pool;
+	uint32_t msg_slot_size; /* header + max_msg, rounded to 64 */
+	int epfd, timerfd, evfd;
+	struct rdma_event_channel *cm_ch;
+	struct zcrpc__src cm_src, timer_src, ev_src;
+	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
+	zcrpc_conn *conns;
+	zcrpc_listener *listeners;
+	pthread_mutex_t job_lock;
+	struct zcrpc__job *jobs;      /* unjoined */
+	struct zcrpc__job *done_jobs; /* finished, not yet handled */
+	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
+	int in_progress;
+	int need_reap;
+	uint32_t reposts_pending; /* conns waiting for pool slots */
+	zcrpc_conn_stats gone;	  /* totals of freed connections */
+	char err[192];
+};
+
+int64_t zcrpc__now_ns(void);
+void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c);
+void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns);
+int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src);
+void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* device.c */
+zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
+			       struct zcrpc__device **out);
+void zcrpc__device_close_all(zcrpc_worker *w);
+void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev);
+
+/* ---- connections -------------------------------------------------------- */
+
+/* Transport message header (docs/protocol.md §2). */
 #define ZCRPC_MSG_HDR_LEN 8
 enum zcrpc__msg_type {
 	ZCRPC_MSG_DATA = 1,
 	ZCRPC_MSG_CREDIT = 2,
 };
 
-/* wr_id encoding: kind in the top bits, slot index below. */
-#define ZCRPC_WR_RECV 1ULL
-#define ZCRPC_WR_SEND 2ULL
-#define ZCRPC_WR_ID(kind, idx) (((kind) << 32) | (uint64_t)(idx))
-#define ZCRPC_WR_KIND(wr_id) ((wr_id) >> 32)
-#define ZCRPC_WR_IDX(wr_id) ((uint32_t)(wr_id))
+#define ZCRPC_POLL_BATCH 16
+
+/* wr_id: receives have the top bit set and their position below; send
+ * queue work requests carry their sequence number in the send ring. */
+#define ZCRPC_WR_RECV_BIT (1ULL << 63)
+
+/* One RDMA write the application asked for, possibly several WRs. */
+struct zcrpc__write_op {
+	struct zcrpc__write_op *next; /* conn->wq (not fully posted yet) */
+	void *user_ctx;
+	uint64_t src, dst; /* next piece */
+	uint32_t lkey, rkey;
+	uint64_t len, left;
+	uint32_t imm;
+	unsigned with_imm : 1;
+	unsigned done : 1;    /* on_write_done delivered */
+	unsigned in_ring : 1; /* last piece posted: the ring frees it */
+};
+
+enum zcrpc__sq_kind {
+	ZCRPC_SQ_MSG = 1,   /* a message; slot returns to the pool */
+	ZCRPC_SQ_WRITE = 2, /* a piece of a write; op if it is the last */
+};
+
+struct zcrpc__sq_entry {
+	uint8_t kind;
+	zcrpc__slot_id slot;
+	struct zcrpc__write_op *op; /* last piece of a write, else NULL */
+};
 
 struct zcrpc_conn {
 	zcrpc_worker *w;
-	zcrpc_conn *next, *prev; /* worker->conns */
+	zcrpc_conn *next, *prev;  /* worker->conns */
 	zcrpc_listener *listener; /* passive side, until accepted */
 	zcrpc_conn_handlers h;
 	zcrpc_conn_state state;
@@ -79,21 +175,34 @@ struct zcrpc_conn {
 	unsigned torn_down : 1;	   /* verbs resources released */
 	unsigned cq_armed : 1;
 	unsigned migrated : 1; /* id moved to the worker's CM channel */
+	unsigned in_recv : 1;  /* inside on_recv */
+	unsigned kept : 1;     /* on_recv kept the slot */
 
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;
 	struct zcrpc__device *dev;
 	struct ibv_cq *cq;
 	unsigned int cq_unacked;
-	struct ibv_wc stash[ZCRPC_POLL_BATCH]; /* completions polled while arming */
+	struct ibv_wc stash[ZCRPC_POLL_BATCH]; /* polled while arming */
 	int nstash;
-	struct ibv_mr *mr;
-	uint8_t *buf; /* recv slots, then send slots */
-	uint32_t slot_size, recv_depth, send_depth, max_inline;
-	uint32_t *free_send; /* stack of free send slot indices */
-	uint32_t n_free_send;
+	uint32_t max_inline;
 
-	/* Credits (docs/protocol.md, "Credits"). */
+	/* Receives: one pool slot per position, posted while it has one. */
+	uint32_t recv_depth;
+	struct zcrpc__slot *recv;
+	uint8_t *recv_has;
+	uint32_t recv_missing; /* positions waiting for a pool slot */
+	uint32_t cur_recv;     /* position being delivered */
+	uint32_t cur_len;
+
+	/* Send queue ring: entries for every posted, unreaped WR. */
+	uint32_t sq_depth;
+	struct zcrpc__sq_entry *sq;
+	uint64_t sq_head, sq_tail; /* sequence numbers */
+	uint32_t unsignaled;
+	struct zcrpc__write_op *wq, *wq_tail; /* writes not fully posted */
+
+	/* Credits (docs/protocol.md §3). */
 	uint32_t credits; /* messages we may still send to the peer */
 	uint32_t owed;	  /* reposted receives not yet reported to the peer */
 	uint32_t peer_recv_depth, peer_max_msg;
@@ -113,38 +222,10 @@ struct zcrpc_listener {
 	uint16_t port;
 };
 
-struct zcrpc_worker {
-	zcrpc_worker_opts opts;
-	int epfd, timerfd, evfd;
-	struct rdma_event_channel *cm_ch;
-	struct zcrpc__src cm_src, timer_src, ev_src;
-	struct zcrpc__device *devices;
-	zcrpc_conn *conns;
-	zcrpc_listener *listeners;
-	pthread_mutex_t job_lock;
-	struct zcrpc__job *jobs;      /* unjoined */
-	struct zcrpc__job *done_jobs; /* finished, not yet handled */
-	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
-	int in_progress;
-	int need_reap;
-	char err[192];
-};
-
-/* worker.c */
-int64_t zcrpc__now_ns(void);
-void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns);
-int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src);
-void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-/* device.c */
-zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
-			       struct zcrpc__device **out);
-void zcrpc__device_close_all(zcrpc_worker *w);
-void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev);
-
-/* conn.c */
+/* conn.c: lifecycle */
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h);
+void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
+			  const zcrpc_conn_handlers *src);
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id);
 void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 			    uint8_t *pd_buf, size_t pd_cap, int kind);
@@ -153,11 +234,26 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 void zcrpc__conn_established(zcrpc_conn *c);
 void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			     int status, const void *pdata, size_t pdata_len);
-int zcrpc__conn_poll(zcrpc_conn *c);
-int zcrpc__conn_arm(zcrpc_conn *c);
 void zcrpc__conn_teardown(zcrpc_conn *c);
 void zcrpc__conn_free(zcrpc_conn *c);
 void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now);
+
+/* sendrecv.c: the send/recv path, credits, completions */
+zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c);
+zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c);
+void zcrpc__conn_release_queues(zcrpc_conn *c);
+int zcrpc__conn_poll(zcrpc_conn *c);
+int zcrpc__conn_arm(zcrpc_conn *c);
+void zcrpc__conn_retry_reposts(zcrpc_conn *c);
+int zcrpc__sq_room(const zcrpc_conn *c);
+int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
+		   const struct zcrpc__sq_entry *e, int force_signal);
+
+/* write.c: the RDMA-write path */
+void zcrpc__conn_pump_writes(zcrpc_conn *c);
+void zcrpc__write_finish(zcrpc_conn *c, struct zcrpc__write_op *op,
+			 zcrpc_status st);
+void zcrpc__conn_fail_writes(zcrpc_conn *c, zcrpc_status st);
 
 /* connect.c */
 void zcrpc__jobs_handle_done(zcrpc_worker *w);

@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,7 +144,8 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 
 	if (!w || !port || !opts || !out || opts->size < sizeof(*opts) ||
 	    !opts->on_accept ||
-	    opts->conn_handlers.size < sizeof(opts->conn_handlers))
+	    opts->conn_handlers.size <
+		    offsetof(zcrpc_conn_handlers, on_write_done))
 		return ZCRPC_INVALID_ARGUMENT;
 	l = calloc(1, sizeof(*l));
 	if (!l)

@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,8 @@ void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
 	opts->ack_timeout = 16;
 	opts->retry_count = 6;
 	opts->rnr_retry_count = 0;
+	opts->pool_max_slots = 16384;
+	opts->context = NULL;
 }
 
 static zcrpc_status check_opts(const zcrpc_worker_opts *o)
@@ -80,9 +83,30 @@ static zcrpc_status check_opts(const zcrpc_worker_opts *o)
 	    o->recv_depth > 32768 || o->send_depth < 1 ||
 	    o->send_depth > 32768 || o->max_msg < 1 ||
 	    o->max_msg > 8u * 1024 * 1024 || o->retry_count > 6 ||
-	    o->rnr_retry_count > 7 || o->ack_timeout > 31)
+	    o->rnr_retry_count > 7 || o->ack_timeout > 31 ||
+	    o->pool_max_slots < 2 || o->pool_max_slots > 0xffffffU)
 		return ZCRPC_INVALID_ARGUMENT;
 	return ZCRPC_OK;
+}
+
+/* The worker's pool: small slots for small messages, and slots that hold
+ * the largest message (every receive uses one of those). */
+static zcrpc_status make_pool(zcrpc_worker *w)
+{
+	struct zcrpc__pool_cfg cfg;
+	struct zcrpc__registrar reg = zcrpc__context_registrar(w->ctx);
+	uint32_t big = (ZCRPC_MSG_HDR_LEN + w->opts.max_msg + 63) & ~63u;
+	uint32_t per = (1u << 20) / big;
+
+	memset(&cfg, 0, sizeof(cfg));
+	w->msg_slot_size = big;
+	if (big > 256) {
+		cfg.cls[cfg.nclasses++] =
+			(struct zcrpc__pool_class_cfg){256, 1024, w->opts.pool_max_slots};
+	}
+	cfg.cls[cfg.nclasses++] = (struct zcrpc__pool_class_cfg){
+		big, per < 16 ? 16 : per, w->opts.pool_max_slots};
+	return zcrpc__pool_create(&cfg, &reg, &w->pool);
 }
 
 zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
@@ -96,10 +120,17 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return ZCRPC_RESOURCE_EXHAUSTED;
-	if (opts)
-		w->opts = *opts;
-	else
-		zcrpc_worker_opts_init(&w->opts);
+	zcrpc_worker_opts_init(&w->opts);
+	if (opts) {
+		if (opts->size < offsetof(zcrpc_worker_opts, pool_max_slots)) {
+			st = ZCRPC_INVALID_ARGUMENT;
+			goto err_free;
+		}
+		/* An older, smaller struct keeps the defaults of newer fields. */
+		memcpy(&w->opts, opts,
+		       opts->size < sizeof(*opts) ? opts->size : sizeof(*opts));
+		w->opts.size = sizeof(w->opts);
+	}
 	st = check_opts(&w->opts);
 	if (st != ZCRPC_OK)
 		goto err_free;
@@ -120,16 +151,32 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 		st = ZCRPC_UNAVAILABLE; /* no /dev/infiniband/rdma_cm */
 		goto err_evfd;
 	}
+	if (w->opts.context) {
+		w->ctx = w->opts.context;
+		zcrpc__context_ref(w->ctx);
+	} else {
+		st = zcrpc_context_create(&w->ctx);
+		if (st != ZCRPC_OK)
+			goto err_cm;
+	}
+	st = make_pool(w);
+	if (st != ZCRPC_OK)
+		goto err_ctx;
+	st = ZCRPC_RESOURCE_EXHAUSTED;
 	w->cm_src = (struct zcrpc__src){ZCRPC_SRC_CM, w};
 	w->timer_src = (struct zcrpc__src){ZCRPC_SRC_TIMER, w};
 	w->ev_src = (struct zcrpc__src){ZCRPC_SRC_EVENT, w};
 	if (zcrpc__epoll_add(w, w->cm_ch->fd, &w->cm_src) ||
 	    zcrpc__epoll_add(w, w->timerfd, &w->timer_src) ||
 	    zcrpc__epoll_add(w, w->evfd, &w->ev_src))
-		goto err_cm;
+		goto err_pool;
 	*out = w;
 	return ZCRPC_OK;
 
+err_pool:
+	zcrpc__pool_destroy(w->pool);
+err_ctx:
+	zcrpc__context_unref(w->ctx);
 err_cm:
 	rdma_destroy_event_channel(w->cm_ch);
 err_evfd:
@@ -159,13 +206,71 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 		zcrpc__conn_free(c);
 	}
 	zcrpc__jobs_join_all(w);
+	zcrpc__pool_destroy(w->pool);
 	zcrpc__device_close_all(w);
+	zcrpc__context_unref(w->ctx);
 	rdma_destroy_event_channel(w->cm_ch);
 	close(w->evfd);
 	close(w->timerfd);
 	close(w->epfd);
 	pthread_mutex_destroy(&w->job_lock);
 	free(w);
+}
+
+zcrpc_context *zcrpc_worker_context(const zcrpc_worker *w)
+{
+	return w ? w->ctx : NULL;
+}
+
+static void add_stats(zcrpc_conn_stats *t, const zcrpc_conn_stats *s)
+{
+	t->msgs_sent += s->msgs_sent;
+	t->msgs_recv += s->msgs_recv;
+	t->bytes_sent += s->bytes_sent;
+	t->bytes_recv += s->bytes_recv;
+	t->copied_bytes += s->copied_bytes;
+	t->writes += s->writes;
+	t->write_bytes += s->write_bytes;
+	t->write_imms_recv += s->write_imms_recv;
+	t->credit_updates_sent += s->credit_updates_sent;
+	t->credit_stalls += s->credit_stalls;
+	t->rnr_events += s->rnr_events;
+}
+
+void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
+{
+	add_stats(&w->gone, &c->stats);
+}
+
+void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
+{
+	zcrpc_conn_stats t = w->gone;
+	struct zcrpc__pool_stats ps;
+	const zcrpc_conn *c;
+	unsigned i;
+
+	memset(out, 0, sizeof(*out));
+	for (c = w->conns; c; c = c->next) {
+		add_stats(&t, &c->stats);
+		out->conns++;
+	}
+	out->msgs_sent = t.msgs_sent;
+	out->msgs_recv = t.msgs_recv;
+	out->bytes_sent = t.bytes_sent;
+	out->bytes_recv = t.bytes_recv;
+	out->copied_bytes = t.copied_bytes;
+	out->writes = t.writes;
+	out->write_bytes = t.write_bytes;
+	out->write_imms_recv = t.write_imms_recv;
+	out->credit_stalls = t.credit_stalls;
+	out->rnr_events = t.rnr_events;
+	zcrpc__pool_get_stats(w->pool, &ps);
+	for (i = 0; i < ps.nclasses; i++) {
+		out->pool_in_use += ps.cls[i].in_use;
+		out->pool_capacity += ps.cls[i].capacity;
+		out->pool_exhausted += ps.cls[i].exhausted;
+	}
+	out->pool_bad_frees = ps.bad_puts;
 }
 
 int zcrpc_worker_fd(const zcrpc_worker *w)
@@ -241,9 +346,13 @@ static int poll_conns(zcrpc_worker *w)
 	zcrpc_conn *c;
 	int n = 0;
 
-	for (c = w->conns; c; c = c->next)
-		if (c->cq && !c->torn_down)
-			n += zcrpc__conn_poll(c);
+	for (c = w->conns; c; c = c->next) {
+		if (!c->cq || c->torn_down)
+			continue;
+		n += zcrpc__conn_poll(c);
+		if (c->recv_missing && w->reposts_pending)
+			zcrpc__conn_retry_reposts(c);
+	}
 	return n;
 }
 

@@ -1,0 +1,201 @@
+/* zcrpc — the device context: every RDMA device librdmacm knows, each with
+ * one protection domain, shared by the workers that use the context; and
+ * user memory registered once on all of them. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+zcrpc_status zcrpc_context_create(zcrpc_context **out)
+{
+	zcrpc_context *ctx;
+	int n = 0, i;
+
+	if (!out)
+		return ZCRPC_INVALID_ARGUMENT;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	atomic_init(&ctx->refs, 1);
+	ctx->list = rdma_get_devices(&n);
+	if (!ctx->list || n <= 0) {
+		if (ctx->list)
+			rdma_free_devices(ctx->list);
+		free(ctx);
+		return ZCRPC_UNAVAILABLE; /* no RDMA device, or rdma_ucm missing */
+	}
+	for (i = 0; i < n && ctx->ndev < ZCRPC_MAX_DEVICES; i++) {
+		struct zcrpc__ctx_dev *d = &ctx->dev[ctx->ndev];
+		struct ibv_port_attr pa;
+
+		d->verbs = ctx->list[i];
+		if (ibv_query_device(d->verbs, &d->attr))
+			continue;
+		d->max_msg_sz = 1U << 30;
+		if (ibv_query_port(d->verbs, 1, &pa) == 0 && pa.max_msg_sz)
+			d->max_msg_sz = pa.max_msg_sz;
+		d->pd = ibv_alloc_pd(d->verbs);
+		if (!d->pd)
+			continue;
+		ctx->ndev++;
+	}
+	if (!ctx->ndev) {
+		rdma_free_devices(ctx->list);
+		free(ctx);
+		return ZCRPC_UNAVAILABLE;
+	}
+	*out = ctx;
+	return ZCRPC_OK;
+}
+
+void zcrpc__context_ref(zcrpc_context *ctx)
+{
+	atomic_fetch_add(&ctx->refs, 1);
+}
+
+void zcrpc__context_unref(zcrpc_context *ctx)
+{
+	int i;
+
+	if (!ctx || atomic_fetch_sub(&ctx->refs, 1) != 1)
+		return;
+	for (i = 0; i < ctx->ndev; i++)
+		ibv_dealloc_pd(ctx->dev[i].pd);
+	rdma_free_devices(ctx->list);
+	free(ctx);
+}
+
+void zcrpc_context_destroy(zcrpc_context *ctx)
+{
+	zcrpc__context_unref(ctx);
+}
+
+int zcrpc__context_dev_index(const zcrpc_context *ctx,
+			     const struct ibv_context *verbs)
+{
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++)
+		if (ctx->dev[i].verbs == verbs)
+			return i;
+	return -1;
+}
+
+/* Registers [addr, addr+len) on every device of the context. */
+int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
+		       struct ibv_mr **mrs)
+{
+	int i, err;
+
+	for (i = 0; i < ctx->ndev; i++) {
+		mrs[i] = ibv_reg_mr(ctx->dev[i].pd, addr, len, access);
+		if (!mrs[i]) {
+			err = errno ? errno : ENOMEM;
+			while (i-- > 0)
+				ibv_dereg_mr(mrs[i]);
+			return err;
+		}
+	}
+	return 0;
+}
+
+/* The pool's registrar: local access on every device. */
+static int pool_reg(void *c, void *addr, size_t len, void **handle,
+		    uint32_t lkeys[ZCRPC_MAX_DEVICES])
+{
+	zcrpc_context *ctx = c;
+	struct ibv_mr **mrs = calloc(ZCRPC_MAX_DEVICES, sizeof(*mrs));
+	int i, err;
+
+	if (!mrs)
+		return ENOMEM;
+	err = zcrpc__context_reg(ctx, addr, len, IBV_ACCESS_LOCAL_WRITE, mrs);
+	if (err) {
+		free(mrs);
+		return err;
+	}
+	for (i = 0; i < ctx->ndev; i++)
+		lkeys[i] = mrs[i]->lkey;
+	*handle = mrs;
+	return 0;
+}
+
+static void pool_dereg(void *c, void *handle)
+{
+	zcrpc_context *ctx = c;
+	struct ibv_mr **mrs = handle;
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++)
+		ibv_dereg_mr(mrs[i]);
+	free(mrs);
+}
+
+struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx)
+{
+	struct zcrpc__registrar r = {pool_reg, pool_dereg, ctx};
+
+	return r;
+}
+
+zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
+			       unsigned flags, zcrpc_mr **out)
+{
+	zcrpc_mr *mr;
+	int access = IBV_ACCESS_LOCAL_WRITE, err;
+
+	if (!ctx || !addr || !len || !out || (flags & ~ZCRPC_MR_REMOTE_WRITE))
+		return ZCRPC_INVALID_ARGUMENT;
+	if (flags & ZCRPC_MR_REMOTE_WRITE)
+		access |= IBV_ACCESS_REMOTE_WRITE;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	err = zcrpc__context_reg(ctx, addr, len, access, mr->mrs);
+	if (err) {
+		free(mr);
+		return err == EINVAL || err == EFAULT ? ZCRPC_INVALID_ARGUMENT
+						      : ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	zcrpc__context_ref(ctx);
+	mr->ctx = ctx;
+	mr->addr = addr;
+	mr->len = len;
+	mr->flags = flags;
+	*out = mr;
+	return ZCRPC_OK;
+}
+
+void zcrpc_mr_deregister(zcrpc_mr *mr)
+{
+	int i;
+
+	if (!mr)
+		return;
+	for (i = 0; i < mr->ctx->ndev; i++)
+		ibv_dereg_mr(mr->mrs[i]);
+	zcrpc__context_unref(mr->ctx);
+	free(mr);
+}
+
+zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr, const zcrpc_conn *conn,
+			    size_t offset, size_t len, zcrpc_remote_region *out)
+{
+	if (!mr || !conn || !out || !len)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!(mr->flags & ZCRPC_MR_REMOTE_WRITE))
+		return ZCRPC_FAILED_PRECONDITION; /* not registered as a target */
+	if (offset > mr->len || len > mr->len - offset)
+		return ZCRPC_OUT_OF_RANGE;
+	if (!conn->dev || conn->state == ZCRPC_CONN_CLOSED)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (mr->ctx != conn->w->ctx)
+		return ZCRPC_INVALID_ARGUMENT;
+	out->addr = (uint64_t)(uintptr_t)((uint8_t *)mr->addr + offset);
+	out->len = len;
+	out->rkey = mr->mrs[conn->dev->idx]->rkey;
+	out->reserved = 0;
+	return ZCRPC_OK;
+}

@@ -1,0 +1,542 @@
+/* zcrpc — the send/recv path of a connection: receives posted from the
+ * worker's pool, messages sent from pool slots, credits (docs/protocol.md
+ * §3), the send-queue ring with selective signaling, and completions. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/le.h"
+
+/* ---- queues ------------------------------------------------------------- */
+
+zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c)
+{
+	c->recv = calloc(c->recv_depth, sizeof(*c->recv));
+	c->recv_has = calloc(c->recv_depth, 1);
+	c->sq = calloc(c->sq_depth, sizeof(*c->sq));
+	if (!c->recv || !c->recv_has || !c->sq) {
+		zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	return ZCRPC_OK;
+}
+
+static int post_recv_at(zcrpc_conn *c, uint32_t pos)
+{
+	const struct zcrpc__slot *s = &c->recv[pos];
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)s->ptr,
+		.length = s->size,
+		.lkey = s->lkeys[c->dev->idx],
+	};
+	struct ibv_recv_wr wr = {
+		.wr_id = ZCRPC_WR_RECV_BIT | pos,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+	struct ibv_recv_wr *bad;
+
+	return ibv_post_recv(c->id->qp, &wr, &bad);
+}
+
+/* Gives position @pos a fresh pool slot and posts it. Returns 0, or -1 when
+ * the pool has none right now (the position waits; the credit too). */
+static int refill(zcrpc_conn *c, uint32_t pos)
+{
+	zcrpc_worker *w = c->w;
+
+	if (zcrpc__pool_get(w->pool, w->msg_slot_size, &c->recv[pos]) != ZCRPC_OK)
+		return -1;
+	c->recv_has[pos] = 1;
+	if (post_recv_at(c, pos)) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL, "ibv_post_recv failed");
+		return 0;
+	}
+	c->stats.recv_posted++;
+	return 0;
+}
+
+zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->recv_depth; i++) {
+		if (refill(c, i)) {
+			zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED,
+					 "the worker's pool has no slot for receive %u of %u (pool_max_slots)",
+					 i + 1, c->recv_depth);
+			return ZCRPC_RESOURCE_EXHAUSTED;
+		}
+		if (c->state == ZCRPC_CONN_CLOSED)
+			return ZCRPC_INTERNAL;
+	}
+	return ZCRPC_OK;
+}
+
+void zcrpc__conn_retry_reposts(zcrpc_conn *c)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->recv_depth && c->recv_missing; i++) {
+		if (c->recv_has[i])
+			continue;
+		if (refill(c, i))
+			return; /* still none */
+		c->recv_missing--;
+		c->w->reposts_pending--;
+		c->owed++;
+	}
+}
+
+static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
+		       enum ibv_wc_status st)
+{
+	if (e->kind == ZCRPC_SQ_MSG)
+		zcrpc__pool_put(c->w->pool, e->slot);
+	if (e->op) {
+		zcrpc__write_finish(c, e->op,
+				    st == IBV_WC_SUCCESS ? ZCRPC_OK : ZCRPC_UNAVAILABLE);
+		free(e->op);
+	}
+	e->kind = 0;
+	e->op = NULL;
+}
+
+void zcrpc__conn_release_queues(zcrpc_conn *c)
+{
+	struct zcrpc__write_op *op;
+	uint32_t i;
+
+	if (c->sq) {
+		for (; c->sq_head < c->sq_tail; c->sq_head++)
+			reap_entry(c, &c->sq[c->sq_head % c->sq_depth],
+				   IBV_WC_WR_FLUSH_ERR);
+	}
+	while ((op = c->wq)) {
+		c->wq = op->next;
+		zcrpc__write_finish(c, op, ZCRPC_UNAVAILABLE);
+		free(op);
+	}
+	c->wq_tail = NULL;
+	if (c->recv) {
+		for (i = 0; i < c->recv_depth; i++) {
+			if (c->recv_has[i])
+				zcrpc__pool_put(c->w->pool, c->recv[i].id);
+			c->recv_has[i] = 0;
+		}
+	}
+	c->w->reposts_pending -= c->recv_missing;
+	c->recv_missing = 0;
+	c->stats.recv_posted = 0;
+	free(c->recv);
+	free(c->recv_has);
+	free(c->sq);
+	c->recv = NULL;
+	c->recv_has = NULL;
+	c->sq = NULL;
+}
+
+/* ---- the send ring ------------------------------------------------------ */
+
+int zcrpc__sq_room(const zcrpc_conn *c)
+{
+	return (int)(c->sq_depth - (uint32_t)(c->sq_tail - c->sq_head));
+}
+
+/* Posts @wr, recording @e in the ring under the WR's sequence number.
+ * Every k-th WR is signaled (k = depth / 4), and those that need their own
+ * completion; the completion of a signaled WR reaps every entry before it
+ * (RC completes in order). Returns 0 or the ibv_post_send error. */
+int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
+		   const struct zcrpc__sq_entry *e, int force_signal)
+{
+	uint32_t every = c->sq_depth / 4 ? c->sq_depth / 4 : 1;
+	struct ibv_send_wr *bad;
+	int rc;
+
+	wr->wr_id = c->sq_tail;
+	if (force_signal || c->unsignaled + 1 >= every)
+		wr->send_flags |= IBV_SEND_SIGNALED;
+	rc = ibv_post_send(c->id->qp, wr, &bad);
+	if (rc)
+		return rc;
+	if (wr->send_flags & IBV_SEND_SIGNALED)
+		c->unsignaled = 0;
+	else
+		c->unsignaled++;
+	c->sq[c->sq_tail % c->sq_depth] = *e;
+	c->sq_tail++;
+	return 0;
+}
+
+static void sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
+{
+	if (seq < c->sq_head || seq >= c->sq_tail)
+		return; /* already reaped */
+	while (c->sq_head <= seq) {
+		struct zcrpc__sq_entry *e = &c->sq[c->sq_head % c->sq_depth];
+
+		/* In-order completion: all before @seq succeeded. */
+		reap_entry(c, e, c->sq_head == seq ? st : IBV_WC_SUCCESS);
+		c->sq_head++;
+	}
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* Sends the message in @s (payload of @len bytes already in place) with one
+ * credit. The caller checked credits and ring room. */
+static int post_msg(zcrpc_conn *c, const struct zcrpc__slot *s, uint8_t type,
+		    size_t len)
+{
+	uint32_t give = c->owed > 0xffff ? 0xffff : c->owed;
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)s->ptr,
+		.length = (uint32_t)(ZCRPC_MSG_HDR_LEN + len),
+		.lkey = s->lkeys[c->dev->idx],
+	};
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+	};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_MSG, s->id, NULL};
+	int rc;
+
+	s->ptr[0] = type;
+	s->ptr[1] = 0;
+	zcrpc__put_le16(s->ptr + 2, (uint16_t)give);
+	zcrpc__put_le32(s->ptr + 4, (uint32_t)len);
+	if (sge.length <= c->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	rc = zcrpc__sq_post(c, &wr, &e, 0);
+	if (rc)
+		return rc;
+	c->credits--;
+	c->owed -= give;
+	return 0;
+}
+
+/* Sends an explicit credit update when enough receives were reposted and no
+ * message carried them back. Uses the credit kept in reserve. */
+static void maybe_send_credits(zcrpc_conn *c)
+{
+	struct zcrpc__slot s;
+
+	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
+		return;
+	if (c->owed < c->recv_depth / 2 || c->credits < 1 || zcrpc__sq_room(c) < 1)
+		return;
+	if (zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN, &s) != ZCRPC_OK)
+		return; /* try again after the next completion */
+	if (post_msg(c, &s, ZCRPC_MSG_CREDIT, 0)) {
+		zcrpc__pool_put(c->w->pool, s.id);
+		return;
+	}
+	c->stats.credit_updates_sent++;
+}
+
+int zcrpc_conn_can_send(const zcrpc_conn *c)
+{
+	return c && c->state == ZCRPC_CONN_ESTABLISHED && !c->closing &&
+	       c->credits >= 2 && zcrpc__sq_room(c) >= 1;
+}
+
+static zcrpc_status check_send(zcrpc_conn *c, size_t len)
+{
+	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (len > c->peer_max_msg)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (c->credits < 2) { /* one credit is kept for credit updates */
+		c->stats.credit_stalls++;
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	if (zcrpc__sq_room(c) < 1)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	return ZCRPC_OK;
+}
+
+static zcrpc_status send_slot(zcrpc_conn *c, const struct zcrpc__slot *s,
+			      size_t len)
+{
+	int rc = post_msg(c, s, ZCRPC_MSG_DATA, len);
+
+	if (rc) {
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "ibv_post_send: %s",
+				 strerror(rc));
+		return ZCRPC_UNAVAILABLE;
+	}
+	c->stats.msgs_sent++;
+	c->stats.bytes_sent += len;
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_msg_alloc(zcrpc_worker *w, size_t len, zcrpc_msg *out)
+{
+	struct zcrpc__slot s;
+	zcrpc_status st;
+
+	if (!w || !out || len > w->opts.max_msg)
+		return ZCRPC_INVALID_ARGUMENT;
+	st = zcrpc__pool_get(w->pool, ZCRPC_MSG_HDR_LEN + len, &s);
+	if (st != ZCRPC_OK)
+		return st == ZCRPC_INVALID_ARGUMENT ? st : ZCRPC_RESOURCE_EXHAUSTED;
+	out->data = s.ptr + ZCRPC_MSG_HDR_LEN;
+	out->capacity = s.size - ZCRPC_MSG_HDR_LEN;
+	out->id = s.id;
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_msg_free(zcrpc_worker *w, zcrpc_msg *m)
+{
+	zcrpc_status st;
+
+	if (!w || !m)
+		return ZCRPC_INVALID_ARGUMENT;
+	st = zcrpc__pool_put(w->pool, m->id);
+	if (st == ZCRPC_OK)
+		memset(m, 0, sizeof(*m));
+	return st;
+}
+
+zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *c, zcrpc_msg *m, size_t len)
+{
+	struct zcrpc__slot s;
+	zcrpc_status st;
+
+	if (!c || !m)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (zcrpc__pool_lookup(c->w->pool, m->id, &s) != ZCRPC_OK ||
+	    m->data != s.ptr + ZCRPC_MSG_HDR_LEN ||
+	    len > s.size - ZCRPC_MSG_HDR_LEN)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (c->in_recv && c->kept && s.id == c->recv[c->cur_recv].id)
+		return ZCRPC_FAILED_PRECONDITION; /* still being delivered */
+	st = check_send(c, len);
+	if (st != ZCRPC_OK)
+		return st;
+	st = send_slot(c, &s, len);
+	if (st == ZCRPC_OK)
+		memset(m, 0, sizeof(*m));
+	return st;
+}
+
+zcrpc_status zcrpc_conn_send(zcrpc_conn *c, const void *data, size_t len)
+{
+	struct zcrpc__slot s;
+	zcrpc_status st;
+
+	if (!c || (!data && len))
+		return ZCRPC_INVALID_ARGUMENT;
+	st = check_send(c, len);
+	if (st != ZCRPC_OK)
+		return st;
+	if (zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN + len, &s) != ZCRPC_OK)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	if (len)
+		memcpy(s.ptr + ZCRPC_MSG_HDR_LEN, data, len);
+	st = send_slot(c, &s, len);
+	if (st != ZCRPC_OK) {
+		zcrpc__pool_put(c->w->pool, s.id);
+		return st;
+	}
+	c->stats.copied_bytes += len;
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_conn_recv_keep(zcrpc_conn *c, zcrpc_msg *out)
+{
+	const struct zcrpc__slot *s;
+
+	if (!c || !out)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!c->in_recv || c->kept)
+		return ZCRPC_FAILED_PRECONDITION;
+	s = &c->recv[c->cur_recv];
+	out->data = s->ptr + ZCRPC_MSG_HDR_LEN;
+	out->capacity = s->size - ZCRPC_MSG_HDR_LEN;
+	out->id = s->id;
+	c->kept = 1;
+	return ZCRPC_OK;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+/* After a receive at @pos was consumed: repost its slot, or (if the
+ * application kept it) a fresh one; then the peer gets the credit. */
+static void recycle(zcrpc_conn *c, uint32_t pos, int kept)
+{
+	if (c->state == ZCRPC_CONN_CLOSED || c->closing)
+		return;
+	if (kept) {
+		c->recv_has[pos] = 0;
+		if (refill(c, pos)) {
+			c->recv_missing++;
+			c->w->reposts_pending++;
+			return;
+		}
+	} else if (post_recv_at(c, pos)) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL, "ibv_post_recv failed");
+		return;
+	} else {
+		c->stats.recv_posted++;
+	}
+	c->owed++;
+}
+
+static void on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
+{
+	const uint8_t *p = c->recv[pos].ptr;
+	uint32_t len, got;
+	int kept;
+
+	if (byte_len < ZCRPC_MSG_HDR_LEN) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
+				 "protocol violation: %u-byte message", byte_len);
+		return;
+	}
+	len = zcrpc__get_le32(p + 4);
+	if (len != byte_len - ZCRPC_MSG_HDR_LEN ||
+	    len > c->w->opts.max_msg || p[1] != 0 ||
+	    (p[0] != ZCRPC_MSG_DATA && p[0] != ZCRPC_MSG_CREDIT) ||
+	    (p[0] == ZCRPC_MSG_CREDIT && len != 0)) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
+				 "protocol violation: type %u flags %u length %u in a %u-byte message",
+				 p[0], p[1], len, byte_len);
+		return;
+	}
+	got = zcrpc__get_le16(p + 2);
+	if (got > c->peer_recv_depth - c->credits) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
+				 "protocol violation: peer returned more credits than it granted");
+		return;
+	}
+	c->credits += got;
+	kept = 0;
+	if (p[0] == ZCRPC_MSG_DATA) {
+		c->stats.msgs_recv++;
+		c->stats.bytes_recv += len;
+		if (c->h.on_recv && !c->dead) {
+			c->in_recv = 1;
+			c->kept = 0;
+			c->cur_recv = pos;
+			c->cur_len = len;
+			c->h.on_recv(c, p + ZCRPC_MSG_HDR_LEN, len, c->h.arg);
+			c->in_recv = 0;
+			kept = c->kept;
+			c->kept = 0;
+		}
+	}
+	if (kept && (c->state == ZCRPC_CONN_CLOSED || c->closing)) {
+		/* The application owns the slot now; the position is empty. */
+		c->recv_has[pos] = 0;
+		return;
+	}
+	recycle(c, pos, kept);
+}
+
+static void on_write_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
+			 uint32_t byte_len)
+{
+	c->stats.write_imms_recv++;
+	if (c->h.on_write_imm && !c->dead)
+		c->h.on_write_imm(c, imm, byte_len, c->h.arg);
+	recycle(c, pos, 0);
+}
+
+static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
+{
+	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
+		sq_complete(c, wc->wr_id, wc->status);
+		if (wc->status == IBV_WC_SUCCESS)
+			return;
+		if (wc->status == IBV_WC_RNR_RETRY_EXC_ERR)
+			c->stats.rnr_events++;
+		if (c->state != ZCRPC_CONN_CLOSED && !c->closing)
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion: %s",
+					 ibv_wc_status_str(wc->status));
+		return;
+	}
+	if (c->stats.recv_posted)
+		c->stats.recv_posted--; /* this receive is no longer posted */
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (c->state == ZCRPC_CONN_CLOSED || c->closing)
+			return; /* flushes after a close are expected */
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "receive completion: %s",
+				 ibv_wc_status_str(wc->status));
+		return;
+	}
+	if (c->state == ZCRPC_CONN_CONNECTING && c->passive) {
+		/* Data may arrive before ESTABLISHED on the passive side
+		 * (rxe raises no COMM_EST): the client only sends once it
+		 * is established, so we are too. */
+		zcrpc__conn_established(c);
+	}
+	if (c->state != ZCRPC_CONN_ESTABLISHED)
+		return;
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+		on_write_imm(c, (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
+			     ntohl(wc->imm_data), wc->byte_len);
+	else
+		on_recv(c, (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
+			wc->byte_len);
+}
+
+static void handle(zcrpc_conn *c, struct ibv_wc *wc, int n)
+{
+	int i;
+
+	for (i = 0; i < n && !c->torn_down; i++)
+		on_wc(c, &wc[i]);
+}
+
+int zcrpc__conn_poll(zcrpc_conn *c)
+{
+	struct ibv_wc wc[ZCRPC_POLL_BATCH];
+	int n, total = 0;
+
+	if (c->nstash) { /* completions taken by zcrpc__conn_arm() */
+		n = c->nstash;
+		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
+		c->nstash = 0;
+		handle(c, wc, n);
+		total += n;
+	}
+	while (!c->torn_down && c->cq) {
+		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
+		if (n <= 0)
+			break;
+		handle(c, wc, n);
+		total += n;
+		if (n < ZCRPC_POLL_BATCH)
+			break;
+	}
+	if (total && !c->torn_down) {
+		if (c->wq)
+			zcrpc__conn_pump_writes(c);
+		maybe_send_credits(c);
+	}
+	return total;
+}
+
+int zcrpc__conn_arm(zcrpc_conn *c)
+{
+	if (c->cq_armed)
+		return c->nstash > 0;
+	if (ibv_req_notify_cq(c->cq, 0))
+		return 0;
+	c->cq_armed = 1;
+	/* A completion may have arrived between the last poll and arming; it
+	 * raises no event. Keep it for the next poll: arm runs no callback. */
+	if (c->nstash < ZCRPC_POLL_BATCH) {
+		int n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH - c->nstash,
+				    c->stash + c->nstash);
+		if (n > 0)
+			c->nstash += n;
+	}
+	return c->nstash > 0;
+}

@@ -1,0 +1,172 @@
+/* zcrpc — the RDMA-write path: WRITE and WRITE-with-immediate from memory
+ * registered with zcrpc_mr_register() into a region the peer granted,
+ * checked against both ranges before anything is posted, split at the
+ * device's max_msg_sz, queued while the send queue is full. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/le.h"
+
+void zcrpc__write_finish(zcrpc_conn *c, struct zcrpc__write_op *op,
+			 zcrpc_status st)
+{
+	if (op->done)
+		return;
+	op->done = 1;
+	if (st == ZCRPC_OK) {
+		c->stats.writes++;
+		c->stats.write_bytes += op->len;
+	}
+	if (!c->dead && c->h.on_write_done)
+		c->h.on_write_done(c, op->user_ctx, st, c->h.arg);
+}
+
+/* Answers every write not answered yet (queued or in the send queue). The
+ * ring still frees what it holds when its entries are reaped. */
+void zcrpc__conn_fail_writes(zcrpc_conn *c, zcrpc_status st)
+{
+	struct zcrpc__write_op *op;
+	uint64_t seq;
+
+	while ((op = c->wq)) {
+		c->wq = op->next;
+		zcrpc__write_finish(c, op, st);
+		free(op);
+	}
+	c->wq_tail = NULL;
+	if (!c->sq)
+		return;
+	for (seq = c->sq_head; seq < c->sq_tail; seq++) {
+		struct zcrpc__sq_entry *e = &c->sq[seq % c->sq_depth];
+
+		if (e->op)
+			zcrpc__write_finish(c, e->op, st);
+	}
+}
+
+/* Posts pieces of queued writes while the send queue has room (and, for the
+ * piece carrying an immediate, while a credit is there). */
+void zcrpc__conn_pump_writes(zcrpc_conn *c)
+{
+	struct zcrpc__write_op *op;
+
+	while ((op = c->wq) && c->state == ZCRPC_CONN_ESTABLISHED &&
+	       !c->closing && zcrpc__sq_room(c) >= 1) {
+		uint64_t piece = op->left < c->dev->max_msg_sz ? op->left
+							       : c->dev->max_msg_sz;
+		int last = piece == op->left;
+		int imm = last && op->with_imm;
+		struct ibv_sge sge = {
+			.addr = op->src,
+			.length = (uint32_t)piece,
+			.lkey = op->lkey,
+		};
+		struct ibv_send_wr wr = {
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+		};
+		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL};
+		int rc;
+
+		if (imm && c->credits < 2) { /* it consumes a peer receive */
+			c->stats.credit_stalls++;
+			return; /* resumes when credits come back */
+		}
+		wr.wr.rdma.remote_addr = op->dst;
+		wr.wr.rdma.rkey = op->rkey;
+		if (imm)
+			wr.imm_data = htonl(op->imm);
+		rc = zcrpc__sq_post(c, &wr, &e, last);
+		if (rc) {
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "ibv_post_send (RDMA WRITE): %s",
+					 strerror(rc));
+			return;
+		}
+		if (imm)
+			c->credits--;
+		op->src += piece;
+		op->dst += piece;
+		op->left -= piece;
+		if (last) {
+			c->wq = op->next;
+			if (!c->wq)
+				c->wq_tail = NULL;
+			op->in_ring = 1;
+		}
+	}
+}
+
+zcrpc_status zcrpc_conn_write(zcrpc_conn *c, const zcrpc_mr *src,
+			      size_t src_offset, size_t len,
+			      const zcrpc_remote_region *dst,
+			      uint64_t dst_offset, const uint32_t *imm,
+			      void *user_ctx)
+{
+	struct zcrpc__write_op *op;
+
+	if (!c || !src || !dst || !len)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (src->ctx != c->w->ctx)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (src_offset > src->len || len > src->len - src_offset)
+		return ZCRPC_OUT_OF_RANGE;
+	if (dst_offset > dst->len || len > dst->len - dst_offset ||
+	    dst->addr + dst_offset < dst->addr ||
+	    dst->addr + dst_offset + len < dst->addr)
+		return ZCRPC_OUT_OF_RANGE;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	op->user_ctx = user_ctx;
+	op->src = (uint64_t)(uintptr_t)src->addr + src_offset;
+	op->lkey = src->mrs[c->dev->idx]->lkey;
+	op->dst = dst->addr + dst_offset;
+	op->rkey = dst->rkey;
+	op->len = op->left = len;
+	if (imm) {
+		op->with_imm = 1;
+		op->imm = *imm;
+	}
+	if (c->wq_tail)
+		c->wq_tail->next = op;
+	else
+		c->wq = op;
+	c->wq_tail = op;
+	zcrpc__conn_pump_writes(c);
+	return ZCRPC_OK;
+}
+
+void zcrpc_remote_region_encode(const zcrpc_remote_region *r, uint8_t *buf)
+{
+	zcrpc__put_le32(buf + 0, (uint32_t)r->addr);
+	zcrpc__put_le32(buf + 4, (uint32_t)(r->addr >> 32));
+	zcrpc__put_le32(buf + 8, (uint32_t)r->len);
+	zcrpc__put_le32(buf + 12, (uint32_t)(r->len >> 32));
+	zcrpc__put_le32(buf + 16, r->rkey);
+	zcrpc__put_le32(buf + 20, 0);
+}
+
+zcrpc_status zcrpc_remote_region_decode(const void *data, size_t len,
+					zcrpc_remote_region *out)
+{
+	const uint8_t *buf = data;
+	zcrpc_remote_region r;
+
+	if (!buf || !out || len < ZCRPC_REMOTE_REGION_LEN)
+		return ZCRPC_INVALID_ARGUMENT;
+	r.addr = zcrpc__get_le32(buf) | (uint64_t)zcrpc__get_le32(buf + 4) << 32;
+	r.len = zcrpc__get_le32(buf + 8) | (uint64_t)zcrpc__get_le32(buf + 12) << 32;
+	r.rkey = zcrpc__get_le32(buf + 16);
+	r.reserved = zcrpc__get_le32(buf + 20);
+	if (!r.len || r.reserved || r.addr + r.len < r.addr)
+		return ZCRPC_INVALID_ARGUMENT;
+	*out = r;
+	return ZCRPC_OK;
+}
