@@ -134,6 +134,8 @@ static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
 	if (!r->gen || !r->in_use || posix_memalign((void **)&r->base, 4096, bytes))
 		goto err_region;
 	memset(r->base, 0, bytes); /* no stale bytes ever reach the wire */
+	for (i = 0; i < n; i++)
+		r->gen[i] = 1; /* generation 0 never names a slot: a zeroed id is invalid */
 	err = p->reg.reg(p->reg.ctx, r->base, bytes, &r->handle, r->lkeys);
 	if (err) {
 		snprintf(p->err, sizeof(p->err),
@@ -229,6 +231,8 @@ zcrpc_status zcrpc__pool_put(struct zcrpc__pool *p, zcrpc__slot_id id)
 	c = &p->cls[r->cls];
 	r->in_use[idx] = 0;
 	r->gen[idx] = (r->gen[idx] + 1) & 0xffffffU;
+	if (!r->gen[idx])
+		r->gen[idx] = 1;
 	c->free[c->nfree++] = ((uint64_t)ri << 24) | idx;
 	c->st.in_use--;
 	c->st.puts++;

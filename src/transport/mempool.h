@@ -43,7 +43,8 @@ struct zcrpc__pool_cfg {
 	struct zcrpc__pool_class_cfg cls[ZCRPC_POOL_MAX_CLASSES];
 };
 
-/* Slot id: region (16 bits) | index (24 bits) | generation (24 bits). */
+/* Slot id: region (16 bits) | index (24 bits) | generation (24 bits).
+ * Generations start at 1 and skip 0, so an all-zero id never names a slot. */
 typedef uint64_t zcrpc__slot_id;
 #define ZCRPC_SLOT_ID(region, index, gen)                                   \
 	(((uint64_t)(region) << 48) | ((uint64_t)((index)&0xffffffU) << 24) | \

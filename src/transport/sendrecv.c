@@ -76,6 +76,8 @@ zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c)
 	return ZCRPC_OK;
 }
 
+static void maybe_send_credits(zcrpc_conn *c);
+
 void zcrpc__conn_retry_reposts(zcrpc_conn *c)
 {
 	uint32_t i;
@@ -89,6 +91,7 @@ void zcrpc__conn_retry_reposts(zcrpc_conn *c)
 		c->w->reposts_pending--;
 		c->owed++;
 	}
+	maybe_send_credits(c); /* nothing else may be coming to carry them */
 }
 
 static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,

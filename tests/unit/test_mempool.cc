@@ -142,11 +142,12 @@ TEST(MemPool, DoubleAndStalePutsAreDetected)
 	EXPECT_EQ(zcrpc__pool_lookup(p, a.id, &look), ZCRPC_FAILED_PRECONDITION);
 	ASSERT_EQ(zcrpc__pool_lookup(p, b.id, &look), ZCRPC_OK);
 	EXPECT_EQ(look.ptr, b.ptr);
+	EXPECT_EQ(zcrpc__pool_put(p, 0), ZCRPC_FAILED_PRECONDITION) << "a zeroed id names no slot";
 	EXPECT_EQ(zcrpc__pool_put(p, ZCRPC_SLOT_ID(999, 0, 0)), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc__pool_put(p, ZCRPC_SLOT_ID(0, 9999, 0)), ZCRPC_INVALID_ARGUMENT);
 	zcrpc__pool_stats st;
 	zcrpc__pool_get_stats(p, &st);
-	EXPECT_EQ(st.bad_puts, 4u);
+	EXPECT_EQ(st.bad_puts, 5u);
 	EXPECT_EQ(st.cls[0].in_use, 1u) << "refused puts changed nothing";
 	ASSERT_EQ(zcrpc__pool_put(p, b.id), ZCRPC_OK);
 	EXPECT_EQ(zcrpc__pool_in_use(p), 0u);
