@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -627,4 +628,38 @@ TEST_F(Transport, DestroyInsideItsOwnCallbackAndTwiceIsSafe)
 	server.Stop();
 	ASSERT_TRUE(server.DriveUntil([&] { return Stats(server.w).conns == 0; }, Scaled(5000)));
 	EXPECT_EQ(Stats(server.w).pool_in_use, 0u);
+}
+
+TEST_F(Transport, SleepingOnTheWorkerFdWakesForCompletions)
+{
+	Server server;
+	server.on_recv = [](zcrpc_conn *c, const void *d, size_t n) {
+		std::this_thread::sleep_for(50ms); // the client is asleep by now
+		if (zcrpc_conn_send(c, d, n) != ZCRPC_OK)
+			zcrpc_conn_close(c);
+	};
+	ASSERT_TRUE(server.Start(env_.addr0));
+	Client cl;
+	ASSERT_TRUE(cl.Connect(env_.addr0, server.port));
+	int fd = zcrpc_worker_fd(cl.w);
+	ASSERT_GE(fd, 0);
+	for (int i = 0; i < 20; i++) {
+		int v = i;
+		ASSERT_EQ(zcrpc_conn_send(cl.conn, &v, sizeof(v)), ZCRPC_OK);
+		size_t before = cl.got.size();
+		int wakeups = 0;
+		auto until = steady_clock::now() + Scaled(10000);
+		while (cl.got.size() == before && steady_clock::now() < until) {
+			if (zcrpc_worker_arm(cl.w) == ZCRPC_OK) {
+				pollfd p{fd, POLLIN, 0};
+				int r = poll(&p, 1, 5000);
+				ASSERT_GE(r, 0);
+				wakeups += r;
+			}
+			zcrpc_worker_progress(cl.w, 0);
+		}
+		ASSERT_EQ(cl.got.size(), before + 1) << "the echo never woke the sleeping worker";
+		EXPECT_GE(wakeups, 1);
+	}
+	EXPECT_EQ(cl.closed, 0);
 }
