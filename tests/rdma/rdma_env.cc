@@ -14,8 +14,10 @@ static std::string Env(const char *name)
 
 RxeEnv GetRxeEnv()
 {
-	return {Env("ZCRPC_RXE_DEV0"), Env("ZCRPC_RXE_DEV1"), Env("ZCRPC_RXE_ADDR0"),
-		Env("ZCRPC_RXE_ADDR1"), Env("ZCRPC_RXE_UNREACHABLE")};
+	return {Env("ZCRPC_RXE_DEV0"),	    Env("ZCRPC_RXE_DEV1"),
+		Env("ZCRPC_RXE_ADDR0"),	    Env("ZCRPC_RXE_ADDR1"),
+		Env("ZCRPC_RXE_UNREACHABLE"), Env("ZCRPC_RXE_ADDR0_V6"),
+		Env("ZCRPC_RXE_ADDR1_V6")};
 }
 
 double TimeScale()
@@ -32,6 +34,11 @@ static int64_t ReadCounter(const std::string &dev, const char *name)
 	if (!(f >> v))
 		return -1;
 	return v;
+}
+
+int64_t DevCounter(const std::string &dev, const char *name)
+{
+	return ReadCounter(dev, name);
 }
 
 int64_t RxeCounter(const RxeEnv &env, const char *name)

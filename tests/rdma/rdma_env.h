@@ -15,7 +15,7 @@
 #include "zcrpc/transport.h"
 
 struct RxeEnv {
-	std::string dev0, dev1, addr0, addr1, unreachable;
+	std::string dev0, dev1, addr0, addr1, unreachable, addr0_v6, addr1_v6;
 };
 
 // Reads the environment; empty strings when unset.
@@ -26,6 +26,9 @@ double TimeScale();
 
 // Sum of one hw_counter over both rxe devices (-1 if unreadable).
 int64_t RxeCounter(const RxeEnv &env, const char *name);
+
+// One hw_counter of one device (-1 if unreadable).
+int64_t DevCounter(const std::string &dev, const char *name);
 
 class RdmaTest : public ::testing::Test {
 protected:

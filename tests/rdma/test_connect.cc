@@ -327,3 +327,51 @@ TEST_F(Connect, ServerRejectsAWrongProtocolVersion)
 	zcrpc_conn_destroy(cl.conn);
 	zcrpc_worker_destroy(w);
 }
+
+TEST_F(Connect, OverIpv6)
+{
+	ASSERT_FALSE(env_.addr0_v6.empty()) << "ZCRPC_RXE_ADDR0_V6 unset";
+	EchoServer server(env_.addr0_v6);
+	ASSERT_TRUE(server.ok());
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	Client cl;
+	ASSERT_EQ(StartConnect(w, cl, env_.addr0_v6, server.port()), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.established || cl.closed; }, Scaled(10000)));
+	ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+	int ok = 0;
+	for (unsigned i = 0; i < 100; i++)
+		ok += RoundTrip(w, cl, 1 + i * 40, i) ? 1 : 0;
+	EXPECT_EQ(ok, 100);
+	zcrpc_conn_destroy(cl.conn);
+	zcrpc_worker_destroy(w);
+}
+
+TEST_F(Connect, BoundSourceAddressCrossesTheVethPair)
+{
+	// A client bound to the second address reaches the server on the
+	// first through veth1 -> veth0: both rxe devices carry packets.
+	EchoServer server(env_.addr0);
+	ASSERT_TRUE(server.ok());
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	Client cl;
+	int64_t tx1 = DevCounter(env_.dev1, "sent_pkts"), rx0 = DevCounter(env_.dev0, "rcvd_pkts");
+	zcrpc_connect_opts o;
+	zcrpc_connect_opts_init(&o);
+	o.src_addr = env_.addr1.c_str();
+	auto h = cl.Handlers();
+	ASSERT_EQ(zcrpc_connect(w, env_.addr0.c_str(), std::to_string(server.port()).c_str(), &o, &h,
+				&cl.conn),
+		  ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.established || cl.closed; }, Scaled(10000)));
+	ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+	int ok = 0;
+	for (unsigned i = 0; i < 200; i++)
+		ok += RoundTrip(w, cl, 64, i) ? 1 : 0;
+	EXPECT_EQ(ok, 200);
+	EXPECT_GE(DevCounter(env_.dev1, "sent_pkts") - tx1, 200) << "rxe1 did not send";
+	EXPECT_GE(DevCounter(env_.dev0, "rcvd_pkts") - rx0, 200) << "rxe0 did not receive";
+	zcrpc_conn_destroy(cl.conn);
+	zcrpc_worker_destroy(w);
+}
