@@ -317,8 +317,6 @@ zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *c, zcrpc_msg *m, size_t len)
 	    m->data != s.ptr + ZCRPC_MSG_HDR_LEN ||
 	    len > s.size - ZCRPC_MSG_HDR_LEN)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (c->in_recv && c->kept && s.id == c->recv[c->cur_recv].id)
-		return ZCRPC_FAILED_PRECONDITION; /* still being delivered */
 	st = check_send(c, len);
 	if (st != ZCRPC_OK)
 		return st;

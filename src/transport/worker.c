@@ -201,6 +201,7 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 	while (w->conns) {
 		zcrpc_conn *c = w->conns;
 
+		c->dead = 1; /* no callback from here on */
 		zcrpc__job_abandon(c);
 		zcrpc__conn_teardown(c);
 		zcrpc__conn_free(c);
@@ -244,12 +245,17 @@ void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
 
 void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 {
-	zcrpc_conn_stats t = w->gone;
+	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
 	const zcrpc_conn *c;
 	unsigned i;
 
+	if (!out)
+		return;
 	memset(out, 0, sizeof(*out));
+	if (!w)
+		return;
+	t = w->gone;
 	for (c = w->conns; c; c = c->next) {
 		add_stats(&t, &c->stats);
 		out->conns++;

@@ -43,3 +43,32 @@ TEST(ApiMisuse, NullHandlesAreSafe)
 	EXPECT_EQ(zcrpc_conn_state_get(nullptr), ZCRPC_CONN_CLOSED);
 	EXPECT_EQ(zcrpc_conn_can_send(nullptr), 0);
 }
+
+TEST(ApiMisuse, NullArgumentsOfTheDataPathAreRefused)
+{
+	zcrpc_msg m{};
+	zcrpc_mr *mr = nullptr;
+	zcrpc_remote_region r{};
+	char buf[16];
+	zcrpc_worker_stats ws;
+	zcrpc_conn_stats cs;
+
+	EXPECT_EQ(zcrpc_context_create(nullptr), ZCRPC_INVALID_ARGUMENT);
+	zcrpc_context_destroy(nullptr);
+	EXPECT_EQ(zcrpc_msg_alloc(nullptr, 10, &m), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_msg_free(nullptr, &m), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_conn_send_msg(nullptr, &m, 1), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_conn_recv_keep(nullptr, &m), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_mr_register(nullptr, buf, sizeof(buf), 0, &mr), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(mr, nullptr);
+	zcrpc_mr_deregister(nullptr);
+	EXPECT_EQ(zcrpc_mr_grant(nullptr, nullptr, 0, 1, &r), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_conn_write(nullptr, nullptr, 0, 1, &r, 0, nullptr, nullptr),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_conn_set_handlers(nullptr, nullptr), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_worker_arm(nullptr), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_worker_context(nullptr), nullptr);
+	zcrpc_conn_get_stats(nullptr, &cs); // no crash
+	zcrpc_worker_get_stats(nullptr, &ws);
+	EXPECT_EQ(ws.conns, 0u);
+}
