@@ -63,7 +63,7 @@ typedef struct zcrpc_worker_opts {
 	uint8_t ack_timeout;	 /**< RDMA_OPTION_ID_ACK_TIMEOUT exponent (4.096 us * 2^n); default 16 */
 	uint8_t retry_count;	 /**< transport retries, 0..6 (7 would mean forever on rxe); default 6 */
 	uint8_t rnr_retry_count; /**< receiver-not-ready retries, 0..7; default 0 (credits prevent RNR) */
-	uint32_t pool_max_slots; /**< limit of the worker's pool, per size class; default 16384 */
+	uint32_t pool_max_slots; /**< limit of the worker's pool, per size class; default 65536 */
 	zcrpc_context *context;	 /**< shared device context, or NULL for a private one */
 } zcrpc_worker_opts;
 
@@ -176,6 +176,8 @@ typedef struct zcrpc_connect_opts {
 	size_t size;	  /**< sizeof(zcrpc_connect_opts) */
 	int timeout_ms;	  /**< connect deadline; default 10000; must be > 0 */
 	const char *src_addr; /**< local address to bind, or NULL */
+	uint32_t recv_depth;  /**< receive window for this connection; 0 = the worker's */
+	uint32_t send_depth;  /**< send queue depth for this connection; 0 = the worker's */
 } zcrpc_connect_opts;
 
 /** Fills @opts with the defaults documented above. */
@@ -211,6 +213,8 @@ typedef struct zcrpc_listen_opts {
 	void (*on_accept)(zcrpc_listener *l, zcrpc_conn *conn, void *arg);
 	void *arg;			   /**< passed to on_accept */
 	zcrpc_conn_handlers conn_handlers; /**< given to each accepted connection */
+	uint32_t recv_depth; /**< receive window of accepted connections; 0 = the worker's */
+	uint32_t send_depth; /**< send queue depth of accepted connections; 0 = the worker's */
 } zcrpc_listen_opts;
 
 /** Fills @opts with the defaults documented above. */

@@ -61,8 +61,10 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	if (st != ZCRPC_OK)
 		return st;
 
-	c->recv_depth = w->opts.recv_depth;
-	c->sq_depth = w->opts.send_depth;
+	if (!c->recv_depth)
+		c->recv_depth = w->opts.recv_depth;
+	if (!c->sq_depth)
+		c->sq_depth = w->opts.send_depth;
 	cqe = c->recv_depth + c->sq_depth;
 	if ((int)cqe > c->dev->attr->max_cqe ||
 	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||

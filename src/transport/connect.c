@@ -196,9 +196,14 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 		return ZCRPC_INVALID_ARGUMENT;
 	zcrpc_connect_opts_init(&o);
 	if (opts) {
-		if (opts->size < sizeof(*opts) || opts->timeout_ms <= 0)
+		if (opts->size < offsetof(zcrpc_connect_opts, recv_depth) ||
+		    opts->timeout_ms <= 0)
 			return ZCRPC_INVALID_ARGUMENT;
-		o = *opts;
+		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
+		o.size = sizeof(o);
+		if ((o.recv_depth && (o.recv_depth < 2 || o.recv_depth > 32768)) ||
+		    o.send_depth > 32768)
+			return ZCRPC_INVALID_ARGUMENT;
 	}
 	job = calloc(1, sizeof(*job));
 	if (!job)
@@ -212,6 +217,8 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	if (!c)
 		goto err_job;
 	c->timeout_ms = o.timeout_ms;
+	c->recv_depth = o.recv_depth;
+	c->sq_depth = o.send_depth;
 	c->job = job;
 	job->conn = c;
 	job->w = w;

@@ -76,6 +76,8 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 	}
 	c->passive = 1;
 	c->listener = l;
+	c->recv_depth = l->opts.recv_depth;
+	c->sq_depth = l->opts.send_depth;
 	c->peer_recv_depth = h.recv_depth;
 	c->peer_max_msg = h.max_msg;
 	c->features = h.features & ZCRPC_FEAT_ALL;
@@ -142,7 +144,8 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 	zcrpc_status st;
 	int rc;
 
-	if (!w || !port || !opts || !out || opts->size < sizeof(*opts) ||
+	if (!w || !port || !opts || !out ||
+	    opts->size < offsetof(zcrpc_listen_opts, recv_depth) ||
 	    !opts->on_accept ||
 	    opts->conn_handlers.size <
 		    offsetof(zcrpc_conn_handlers, on_write_done))
@@ -151,7 +154,15 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 	if (!l)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	l->w = w;
-	l->opts = *opts;
+	memcpy(&l->opts, opts,
+	       opts->size < sizeof(l->opts) ? opts->size : sizeof(l->opts));
+	l->opts.size = sizeof(l->opts);
+	if ((l->opts.recv_depth &&
+	     (l->opts.recv_depth < 2 || l->opts.recv_depth > 32768)) ||
+	    l->opts.send_depth > 32768) {
+		free(l);
+		return ZCRPC_INVALID_ARGUMENT;
+	}
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_flags = RAI_PASSIVE;

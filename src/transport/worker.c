@@ -73,7 +73,7 @@ void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
 	opts->ack_timeout = 16;
 	opts->retry_count = 6;
 	opts->rnr_retry_count = 0;
-	opts->pool_max_slots = 16384;
+	opts->pool_max_slots = 65536;
 	opts->context = NULL;
 }
 
