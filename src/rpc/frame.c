@@ -1,0 +1,184 @@
+/* zcrpc — RPC frame encode/decode and metadata (see frame.h). */
+#include "frame.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/le.h"
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	zcrpc__put_le32(p, (uint32_t)v);
+	zcrpc__put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return zcrpc__get_le32(p) | (uint64_t)zcrpc__get_le32(p + 4) << 32;
+}
+
+void zcrpc__frame_encode(const struct zcrpc_frame *f, uint8_t *b)
+{
+	memset(b, 0, ZCRPC_FRAME_HDR_LEN);
+	zcrpc__put_le16(b + 0, ZCRPC_FRAME_MAGIC);
+	b[2] = ZCRPC_FRAME_VERSION;
+	b[3] = f->type;
+	zcrpc__put_le16(b + 4, f->flags);
+	zcrpc__put_le16(b + 6, f->md_len);
+	zcrpc__put_le32(b + 8, f->call_id);
+	zcrpc__put_le32(b + 16, f->method_id);
+	zcrpc__put_le32(b + 20, f->status);
+	zcrpc__put_le32(b + 24, f->payload_len);
+	zcrpc__put_le32(b + 28, f->deadline_us);
+	put64(b + 32, f->bulk_addr);
+	put64(b + 40, f->bulk_len);
+	zcrpc__put_le32(b + 48, f->bulk_rkey);
+	zcrpc__put_le32(b + 52, f->bulk_token);
+}
+
+__attribute__((format(printf, 3, 4))) static zcrpc_status
+bad(char *why, size_t why_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && why_len) {
+		va_start(ap, fmt);
+		vsnprintf(why, why_len, fmt, ap);
+		va_end(ap);
+	}
+	return ZCRPC_INVALID_ARGUMENT;
+}
+
+zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
+				 struct zcrpc_frame *f, char *why,
+				 size_t why_len)
+{
+	const uint8_t *b = data;
+	struct zcrpc_md_view md[ZCRPC_MD_MAX_PAIRS];
+	size_t body;
+
+	if (!b || len < ZCRPC_FRAME_HDR_LEN)
+		return bad(why, why_len, "frame of %zu bytes is shorter than its header", len);
+	if (zcrpc__get_le16(b) != ZCRPC_FRAME_MAGIC)
+		return bad(why, why_len, "bad frame magic 0x%04x", zcrpc__get_le16(b));
+	if (b[2] != ZCRPC_FRAME_VERSION)
+		return bad(why, why_len, "unsupported frame version %u", b[2]);
+	memset(f, 0, sizeof(*f));
+	f->type = b[3];
+	f->flags = zcrpc__get_le16(b + 4);
+	f->md_len = zcrpc__get_le16(b + 6);
+	f->call_id = zcrpc__get_le32(b + 8);
+	f->method_id = zcrpc__get_le32(b + 16);
+	f->status = zcrpc__get_le32(b + 20);
+	f->payload_len = zcrpc__get_le32(b + 24);
+	f->deadline_us = zcrpc__get_le32(b + 28);
+	f->bulk_addr = get64(b + 32);
+	f->bulk_len = get64(b + 40);
+	f->bulk_rkey = zcrpc__get_le32(b + 48);
+	f->bulk_token = zcrpc__get_le32(b + 52);
+	if (f->type < ZCRPC_FRAME_REQUEST || f->type > ZCRPC_FRAME_BULK_GRANT)
+		return bad(why, why_len, "unknown frame type %u", f->type);
+	if (f->flags & ~ZCRPC_FRAME_F_ALL)
+		return bad(why, why_len, "unknown frame flags 0x%x", f->flags);
+	if (zcrpc__get_le32(b + 12) || get64(b + 56))
+		return bad(why, why_len, "reserved frame fields are not zero");
+	body = len - ZCRPC_FRAME_HDR_LEN;
+	if ((size_t)f->md_len + f->payload_len != body)
+		return bad(why, why_len,
+			   "frame lengths (metadata %u + payload %u) disagree with the %zu bytes after the header",
+			   f->md_len, (unsigned)f->payload_len, body);
+	if (f->md_len > ZCRPC_MD_MAX_LEN)
+		return bad(why, why_len, "metadata of %u bytes exceeds %d", f->md_len,
+			   ZCRPC_MD_MAX_LEN);
+	f->md = b + ZCRPC_FRAME_HDR_LEN;
+	f->payload = f->md + f->md_len;
+	if (f->md_len && zcrpc__md_decode(f->md, f->md_len, md) < 0)
+		return bad(why, why_len, "malformed metadata");
+	if (f->type == ZCRPC_FRAME_REPLY && f->status >= ZCRPC_STATUS_COUNT)
+		return bad(why, why_len, "reply status %u is not a status code",
+			   (unsigned)f->status);
+	if (f->flags & ZCRPC_FRAME_F_BULK) {
+		if (f->type != ZCRPC_FRAME_REQUEST && f->type != ZCRPC_FRAME_REPLY)
+			return bad(why, why_len, "bulk flag on frame type %u", f->type);
+		if (!f->bulk_len || f->bulk_len > ZCRPC_BULK_MAX)
+			return bad(why, why_len, "bulk length %llu out of range",
+				   (unsigned long long)f->bulk_len);
+	}
+	if (f->type == ZCRPC_FRAME_BULK_GRANT) {
+		if (!f->bulk_len || f->bulk_len > ZCRPC_BULK_MAX ||
+		    f->bulk_addr + f->bulk_len < f->bulk_addr)
+			return bad(why, why_len, "grant of a bad region (%llu bytes)",
+				   (unsigned long long)f->bulk_len);
+		if (f->md_len || f->payload_len)
+			return bad(why, why_len, "grant with a body");
+	}
+	return ZCRPC_OK;
+}
+
+int zcrpc__md_decode(const uint8_t *b, size_t len, struct zcrpc_md_view *pairs)
+{
+	size_t off = 0;
+	int n = 0;
+
+	while (off < len) {
+		size_t kl, vl;
+
+		if (n == ZCRPC_MD_MAX_PAIRS || len - off < 3)
+			return -1;
+		kl = b[off];
+		vl = zcrpc__get_le16(b + off + 1);
+		off += 3;
+		if (!kl || kl > len - off || vl > len - off - kl)
+			return -1;
+		pairs[n].key = b + off;
+		pairs[n].key_len = kl;
+		pairs[n].value = b + off + kl;
+		pairs[n].value_len = vl;
+		off += kl + vl;
+		n++;
+	}
+	return n;
+}
+
+size_t zcrpc__md_size(const struct zcrpc_md_view *pairs, size_t n)
+{
+	size_t i, total = 0;
+
+	if (n > ZCRPC_MD_MAX_PAIRS)
+		return 0;
+	for (i = 0; i < n; i++) {
+		if (!pairs[i].key_len || pairs[i].key_len > 255 ||
+		    pairs[i].value_len > 0xffff)
+			return 0;
+		total += 3 + pairs[i].key_len + pairs[i].value_len;
+	}
+	return total > ZCRPC_MD_MAX_LEN ? 0 : total;
+}
+
+void zcrpc__md_encode(const struct zcrpc_md_view *pairs, size_t n,
+		      uint8_t *b)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		b[0] = (uint8_t)pairs[i].key_len;
+		zcrpc__put_le16(b + 1, (uint16_t)pairs[i].value_len);
+		memcpy(b + 3, pairs[i].key, pairs[i].key_len);
+		if (pairs[i].value_len)
+			memcpy(b + 3 + pairs[i].key_len, pairs[i].value,
+			       pairs[i].value_len);
+		b += 3 + pairs[i].key_len + pairs[i].value_len;
+	}
+}
+
+uint32_t zcrpc__fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	while (*s) {
+		h ^= (uint8_t)*s++;
+		h *= 16777619u;
+	}
+	return h;
+}

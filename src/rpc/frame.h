@@ -1,0 +1,130 @@
+/* zcrpc — RPC frames. Every RPC message is one transport DATA message whose
+ * payload starts with this 64-byte header (all fields little-endian);
+ * metadata and the inline payload follow it. docs/protocol.md §6 is the
+ * normative description.
+ *
+ *   0               1               2               3
+ *   0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
+ *  +-------------------------------+---------------+---------------+
+ *  |        magic "zr" (7a 72)     |    version    |     type      |  0
+ *  +-------------------------------+---------------+---------------+
+ *  |             flags             |      metadata length          |  4
+ *  +-------------------------------+-------------------------------+
+ *  |                          call id                              |  8
+ *  +---------------------------------------------------------------+
+ *  |                     reserved (0)                              | 12
+ *  +---------------------------------------------------------------+
+ *  |                         method id                             | 16
+ *  +---------------------------------------------------------------+
+ *  |                  status (REPLY, else 0)                       | 20
+ *  +---------------------------------------------------------------+
+ *  |                    inline payload length                      | 24
+ *  +---------------------------------------------------------------+
+ *  |        remaining deadline, microseconds (REQUEST; 0 = none)   | 28
+ *  +---------------------------------------------------------------+
+ *  |                     bulk address (64 bits)                    | 32
+ *  |                                                               | 36
+ *  +---------------------------------------------------------------+
+ *  |                     bulk length (64 bits)                     | 40
+ *  |                                                               | 44
+ *  +---------------------------------------------------------------+
+ *  |                     bulk rkey                                 | 48
+ *  +---------------------------------------------------------------+
+ *  |                     bulk token                                | 52
+ *  +---------------------------------------------------------------+
+ *  |                     reserved (0, 64 bits)                     | 56
+ *  |                                                               | 60
+ *  +---------------------------------------------------------------+
+ *  |  metadata (metadata length bytes) | inline payload ...        | 64
+ */
+#ifndef ZCRPC_RPC_FRAME_H
+#define ZCRPC_RPC_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zcrpc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZCRPC_FRAME_MAGIC 0x727aU /* bytes 'z' 'r' */
+#define ZCRPC_FRAME_VERSION 1
+#define ZCRPC_FRAME_HDR_LEN 64
+#define ZCRPC_MD_MAX_PAIRS 16
+#define ZCRPC_MD_MAX_LEN 2048
+#define ZCRPC_BULK_MAX (1ULL << 32) /* 4 GiB per call */
+
+enum zcrpc_frame_type {
+	ZCRPC_FRAME_REQUEST = 1,    /* client -> server: a call */
+	ZCRPC_FRAME_REPLY = 2,	    /* server -> client: its result */
+	ZCRPC_FRAME_CANCEL = 3,	    /* client -> server: forget call id */
+	ZCRPC_FRAME_GOAWAY = 4,	    /* server -> client: no new calls here */
+	ZCRPC_FRAME_BULK_GRANT = 5, /* either way: write the bulk part here */
+};
+
+/* Flags. */
+#define ZCRPC_FRAME_F_BULK 0x1U /* a bulk part of bulk_len bytes follows by RDMA WRITE */
+#define ZCRPC_FRAME_F_ALL ZCRPC_FRAME_F_BULK
+
+struct zcrpc_frame {
+	uint8_t type;
+	uint16_t flags;
+	uint16_t md_len;
+	uint32_t call_id;
+	uint32_t method_id;
+	uint32_t status;
+	uint32_t payload_len;
+	uint32_t deadline_us;
+	uint64_t bulk_addr, bulk_len;
+	uint32_t bulk_rkey, bulk_token;
+	/* Set by decode: where metadata and payload start in the buffer. */
+	const uint8_t *md;
+	const uint8_t *payload;
+};
+
+/* Writes the header of @f into @buf (ZCRPC_FRAME_HDR_LEN bytes). */
+void zcrpc__frame_encode(const struct zcrpc_frame *f, uint8_t *buf);
+
+/* Checks and parses a frame of exactly @len bytes: magic, version, known
+ * type and flags, zero reserved fields, metadata + payload lengths equal to
+ * what follows the header, metadata well formed, a bulk part only where
+ * the type allows it and within ZCRPC_BULK_MAX, a grant with a non-empty,
+ * non-wrapping region, a status within the enum. Never reads past @len.
+ * Returns OK, or INVALID_ARGUMENT with a reason in @why. */
+zcrpc_status zcrpc__frame_decode(const void *buf, size_t len,
+				 struct zcrpc_frame *out, char *why,
+				 size_t why_len);
+
+/* Metadata: a sequence of pairs, each key length (u8, >= 1), value
+ * length (u16 LE), key bytes, value bytes. */
+struct zcrpc_md_view {
+	const uint8_t *key;
+	size_t key_len;
+	const uint8_t *value;
+	size_t value_len;
+};
+
+/* Parses @len bytes into at most ZCRPC_MD_MAX_PAIRS pairs. Returns the
+ * number of pairs, or -1 when malformed. */
+int zcrpc__md_decode(const uint8_t *buf, size_t len,
+		     struct zcrpc_md_view *pairs);
+
+/* Bytes needed to encode the pairs, or 0 if they break the limits
+ * (ZCRPC_MD_MAX_PAIRS pairs, keys 1..255 bytes, values < 64 KiB,
+ * ZCRPC_MD_MAX_LEN in all). @n == 0 gives 0 too (no metadata). */
+size_t zcrpc__md_size(const struct zcrpc_md_view *pairs, size_t n);
+
+/* Encodes; @buf has zcrpc__md_size() bytes. */
+void zcrpc__md_encode(const struct zcrpc_md_view *pairs, size_t n,
+		      uint8_t *buf);
+
+/* 32-bit FNV-1a of @s (a method's "/package.Service/Method"). */
+uint32_t zcrpc__fnv1a(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCRPC_RPC_FRAME_H */
