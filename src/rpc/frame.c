@@ -98,6 +98,9 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	if (f->type == ZCRPC_FRAME_REPLY && f->status >= ZCRPC_STATUS_COUNT)
 		return bad(why, why_len, "reply status %u is not a status code",
 			   (unsigned)f->status);
+	if ((f->flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) &&
+	    (!(f->flags & ZCRPC_FRAME_F_BULK) || f->payload_len))
+		return bad(why, why_len, "payload-in-bulk flag without a bulk part, or with an inline payload");
 	if (f->flags & ZCRPC_FRAME_F_BULK) {
 		if (f->type != ZCRPC_FRAME_REQUEST && f->type != ZCRPC_FRAME_REPLY)
 			return bad(why, why_len, "bulk flag on frame type %u", f->type);

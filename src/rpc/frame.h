@@ -66,7 +66,8 @@ enum zcrpc_frame_type {
 
 /* Flags. */
 #define ZCRPC_FRAME_F_BULK 0x1U /* a bulk part of bulk_len bytes follows by RDMA WRITE */
-#define ZCRPC_FRAME_F_ALL ZCRPC_FRAME_F_BULK
+#define ZCRPC_FRAME_F_PAYLOAD_IN_BULK 0x2U /* the bulk part is the payload itself (too big to inline) */
+#define ZCRPC_FRAME_F_ALL (ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK)
 
 struct zcrpc_frame {
 	uint8_t type;
