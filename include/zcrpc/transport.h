@@ -65,6 +65,15 @@ typedef struct zcrpc_worker_opts {
 	uint8_t rnr_retry_count; /**< receiver-not-ready retries, 0..7; default 0 (credits prevent RNR) */
 	uint32_t pool_max_slots; /**< limit of the worker's pool, per size class; default 65536 */
 	zcrpc_context *context;	 /**< shared device context, or NULL for a private one */
+	/**
+	 * Idle time (ms) after which an ESTABLISHED connection gets a
+	 * keepalive probe (a 0-byte RDMA WRITE, docs/protocol.md §6); a
+	 * peer that no longer answers fails the connection with UNAVAILABLE
+	 * after about (retry_count + 1) ACK timeouts. Default 1000; 0
+	 * disables. While a connection is established the worker wakes from
+	 * a sleeping progress every keepalive_ms / 2 to check.
+	 */
+	uint32_t keepalive_ms;
 } zcrpc_worker_opts;
 
 /** Fills @opts with the defaults documented above (and sets opts->size). */
@@ -425,6 +434,7 @@ typedef struct zcrpc_conn_stats {
 	uint32_t peer_recv_depth;	 /**< credits the peer granted at connect */
 	uint32_t peer_max_msg;		 /**< largest message the peer accepts */
 	uint32_t max_inline;		 /**< inline size the QP was granted */
+	uint64_t keepalives_sent;	 /**< keepalive probes posted */
 } zcrpc_conn_stats;
 
 /** Copies the connection's counters into @out. */
@@ -443,6 +453,7 @@ typedef struct zcrpc_worker_stats {
 	uint32_t pool_capacity;	     /**< pool slots allocated and registered */
 	uint64_t pool_exhausted;     /**< times a pool class was at its limit */
 	uint64_t pool_bad_frees;     /**< double or stale frees refused */
+	uint64_t keepalives_sent;    /**< keepalive probes posted */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

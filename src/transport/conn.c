@@ -184,6 +184,8 @@ void zcrpc__conn_established(zcrpc_conn *c)
 
 	c->state = ZCRPC_CONN_ESTABLISHED;
 	c->deadline_ns = 0;
+	c->last_active_ns = zcrpc__now_ns();
+	zcrpc__worker_keepalive_start(c->w);
 	c->credits = c->peer_recv_depth;
 	c->stats.peer_recv_depth = c->peer_recv_depth;
 	c->stats.peer_max_msg = c->peer_max_msg;
@@ -221,6 +223,8 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 	struct zcrpc_hello h;
 	char why[128];
 
+	if (c->test_broken)
+		return; /* frozen: not even a DREP */
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (c->state != ZCRPC_CONN_CONNECTING)
@@ -293,7 +297,7 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
 
 void zcrpc_conn_close(zcrpc_conn *c)
 {
-	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing)
+	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing || c->test_broken)
 		return;
 	if (c->state == ZCRPC_CONN_CONNECTING) {
 		zcrpc__conn_fail(c, ZCRPC_CANCELLED,
@@ -338,6 +342,8 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	if (c->torn_down)
 		return;
 	c->torn_down = 1;
+	if (c->test_broken)
+		return; /* leaked on purpose: destroying the id sends a DREQ */
 	if (c->id && c->id->qp && !c->disconnected && c->migrated)
 		rdma_disconnect(c->id); /* QP to error, DREQ to the peer */
 	c->disconnected = 1;
@@ -355,6 +361,22 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 		rdma_destroy_ep(c->id);
 		c->id = NULL;
 	}
+}
+
+zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c)
+{
+	struct ibv_qp_attr attr;
+
+	if (!c || !c->id || !c->id->qp || c->torn_down)
+		return ZCRPC_INVALID_ARGUMENT;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
+		return ZCRPC_INTERNAL;
+	c->test_broken = 1;
+	c->disconnected = 1; /* never rdma_disconnect */
+	c->deadline_ns = 0;
+	return ZCRPC_OK;
 }
 
 void zcrpc__conn_free(zcrpc_conn *c)

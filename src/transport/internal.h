@@ -101,6 +101,8 @@ struct zcrpc_worker {
 	struct zcrpc__job *jobs;      /* unjoined */
 	struct zcrpc__job *done_jobs; /* finished, not yet handled */
 	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
+	int64_t next_keepalive_ns;    /* next keepalive check, 0 = none */
+	int64_t now_ns;		      /* taken once per progress call */
 	int in_progress;
 	int need_reap;
 	uint32_t reposts_pending; /* conns waiting for pool slots */
@@ -111,6 +113,7 @@ struct zcrpc_worker {
 int64_t zcrpc__now_ns(void);
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c);
 void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns);
+void zcrpc__worker_keepalive_start(zcrpc_worker *w);
 int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src);
 void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -152,6 +155,7 @@ struct zcrpc__write_op {
 enum zcrpc__sq_kind {
 	ZCRPC_SQ_MSG = 1,   /* a message; slot returns to the pool */
 	ZCRPC_SQ_WRITE = 2, /* a piece of a write; op if it is the last */
+	ZCRPC_SQ_KEEPALIVE = 3, /* a keepalive probe (0-byte RDMA WRITE) */
 };
 
 struct zcrpc__sq_entry {
@@ -177,6 +181,8 @@ struct zcrpc_conn {
 	unsigned migrated : 1; /* id moved to the worker's CM channel */
 	unsigned in_recv : 1;  /* inside on_recv */
 	unsigned kept : 1;     /* on_recv kept the slot */
+	unsigned ka_outstanding : 1; /* a keepalive probe is in the ring */
+	unsigned test_broken : 1;    /* zcrpc__conn_test_break_qp(): frozen */
 
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;
@@ -209,6 +215,7 @@ struct zcrpc_conn {
 	uint32_t features;
 
 	int64_t deadline_ns; /* connect or close deadline, 0 = none */
+	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
 	int timeout_ms;
 	zcrpc_conn_stats stats;
 };
@@ -238,6 +245,18 @@ void zcrpc__conn_teardown(zcrpc_conn *c);
 void zcrpc__conn_free(zcrpc_conn *c);
 void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now);
 
+/*
+ * Tests only: moves the connection's QP to IBV_QPS_ERR with ibv_modify_qp,
+ * without rdma_disconnect, and freezes the connection: from then on it
+ * ignores its completions and CM events and never sends a DREQ, and its
+ * teardown releases nothing (the id, QP and CQ stay until the process
+ * exits, when the kernel sends the DREQ). The peer's next transmission
+ * then goes unanswered (rxe drops packets to a QP in error) and fails with
+ * retry-exceeded: a dead host, as the peer sees it. Returns OK,
+ * INVALID_ARGUMENT (no QP) or INTERNAL (ibv_modify_qp failed).
+ */
+zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c);
+
 /* sendrecv.c: the send/recv path, credits, completions */
 zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c);
 zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c);
@@ -248,6 +267,7 @@ void zcrpc__conn_retry_reposts(zcrpc_conn *c);
 int zcrpc__sq_room(const zcrpc_conn *c);
 int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 		   const struct zcrpc__sq_entry *e, int force_signal);
+void zcrpc__conn_keepalive(zcrpc_conn *c);
 
 /* write.c: the RDMA-write path */
 void zcrpc__conn_pump_writes(zcrpc_conn *c);

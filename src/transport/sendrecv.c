@@ -99,6 +99,8 @@ static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 {
 	if (e->kind == ZCRPC_SQ_MSG)
 		zcrpc__pool_put(c->w->pool, e->slot);
+	else if (e->kind == ZCRPC_SQ_KEEPALIVE)
+		c->ka_outstanding = 0;
 	if (e->op) {
 		zcrpc__write_finish(c, e->op,
 				    st == IBV_WC_SUCCESS ? ZCRPC_OK : ZCRPC_UNAVAILABLE);
@@ -172,7 +174,36 @@ int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 		c->unsignaled++;
 	c->sq[c->sq_tail % c->sq_depth] = *e;
 	c->sq_tail++;
+	c->last_active_ns = c->w->now_ns;
 	return 0;
+}
+
+/* Posts a keepalive probe: a 0-byte RDMA WRITE without immediate data
+ * (docs/protocol.md §6), signaled. It costs no credit and makes no
+ * completion at the peer; against a peer that no longer answers it fails
+ * with retry-exceeded, which fails the connection (on_wc). The caller
+ * checked that the connection is established, has ring room and no probe
+ * outstanding. */
+void zcrpc__conn_keepalive(zcrpc_conn *c)
+{
+	struct ibv_send_wr wr = {
+		.sg_list = NULL,
+		.num_sge = 0,
+		.opcode = IBV_WR_RDMA_WRITE,
+	};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_KEEPALIVE, 0, NULL};
+	int rc;
+
+	wr.wr.rdma.remote_addr = 0;
+	wr.wr.rdma.rkey = 0;
+	rc = zcrpc__sq_post(c, &wr, &e, 1);
+	if (rc) {
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+				 "ibv_post_send (keepalive): %s", strerror(rc));
+		return;
+	}
+	c->ka_outstanding = 1;
+	c->stats.keepalives_sent++;
 }
 
 static void sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
@@ -452,12 +483,23 @@ static void on_write_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
 static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 {
 	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
+		int probe = wc->status != IBV_WC_SUCCESS &&
+			    wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail &&
+			    c->sq[wc->wr_id % c->sq_depth].kind ==
+				    ZCRPC_SQ_KEEPALIVE;
+
 		sq_complete(c, wc->wr_id, wc->status);
 		if (wc->status == IBV_WC_SUCCESS)
 			return;
 		if (wc->status == IBV_WC_RNR_RETRY_EXC_ERR)
 			c->stats.rnr_events++;
-		if (c->state != ZCRPC_CONN_CLOSED && !c->closing)
+		if (c->state == ZCRPC_CONN_CLOSED || c->closing)
+			return;
+		if (probe)
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "peer unreachable: keepalive failed (%s)",
+					 ibv_wc_status_str(wc->status));
+		else
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion: %s",
 					 ibv_wc_status_str(wc->status));
 		return;
@@ -500,6 +542,8 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
 	int n, total = 0;
 
+	if (c->test_broken)
+		return 0; /* frozen: leave its flushes in the CQ */
 	if (c->nstash) { /* completions taken by zcrpc__conn_arm() */
 		n = c->nstash;
 		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
@@ -517,6 +561,7 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 			break;
 	}
 	if (total && !c->torn_down) {
+		c->last_active_ns = c->w->now_ns;
 		if (c->wq)
 			zcrpc__conn_pump_writes(c);
 		maybe_send_credits(c);
@@ -526,6 +571,8 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 
 int zcrpc__conn_arm(zcrpc_conn *c)
 {
+	if (c->test_broken)
+		return 0;
 	if (c->cq_armed)
 		return c->nstash > 0;
 	if (ibv_req_notify_cq(c->cq, 0))

@@ -1,5 +1,6 @@
 /* zcrpc — the worker: event loop over the CM channel, completion channels,
- * listeners, a timerfd for deadlines and an eventfd for setup threads. */
+ * listeners, a timerfd for deadlines and keepalive checks, and an eventfd
+ * for setup threads. */
 #include "internal.h"
 
 #include <errno.h>
@@ -43,14 +44,19 @@ int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src)
 	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/* Arms the timerfd for the earlier of the next connection deadline and
+ * the next keepalive check (or disarms it when there is neither). */
 static void arm_timer(zcrpc_worker *w)
 {
 	struct itimerspec its;
+	int64_t t = w->next_deadline_ns;
 
+	if (w->next_keepalive_ns && (!t || w->next_keepalive_ns < t))
+		t = w->next_keepalive_ns;
 	memset(&its, 0, sizeof(its));
-	if (w->next_deadline_ns) {
-		its.it_value.tv_sec = w->next_deadline_ns / 1000000000LL;
-		its.it_value.tv_nsec = w->next_deadline_ns % 1000000000LL;
+	if (t) {
+		its.it_value.tv_sec = t / 1000000000LL;
+		its.it_value.tv_nsec = t % 1000000000LL;
 	}
 	timerfd_settime(w->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
@@ -61,6 +67,22 @@ void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns)
 		w->next_deadline_ns = deadline_ns;
 		arm_timer(w);
 	}
+}
+
+static int64_t keepalive_period_ns(const zcrpc_worker *w)
+{
+	int64_t p = (int64_t)w->opts.keepalive_ms * 1000000LL / 2;
+
+	return p > 0 ? p : 1;
+}
+
+/* A connection became established: make sure keepalive checks run. */
+void zcrpc__worker_keepalive_start(zcrpc_worker *w)
+{
+	if (!w->opts.keepalive_ms || w->next_keepalive_ns)
+		return;
+	w->next_keepalive_ns = zcrpc__now_ns() + keepalive_period_ns(w);
+	arm_timer(w);
 }
 
 void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
@@ -75,6 +97,7 @@ void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
 	opts->rnr_retry_count = 0;
 	opts->pool_max_slots = 65536;
 	opts->context = NULL;
+	opts->keepalive_ms = 1000;
 }
 
 static zcrpc_status check_opts(const zcrpc_worker_opts *o)
@@ -137,6 +160,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	st = ZCRPC_RESOURCE_EXHAUSTED;
 	if (pthread_mutex_init(&w->job_lock, NULL))
 		goto err_free;
+	w->now_ns = zcrpc__now_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
 		goto err_mutex;
@@ -236,6 +260,7 @@ static void add_stats(zcrpc_conn_stats *t, const zcrpc_conn_stats *s)
 	t->credit_updates_sent += s->credit_updates_sent;
 	t->credit_stalls += s->credit_stalls;
 	t->rnr_events += s->rnr_events;
+	t->keepalives_sent += s->keepalives_sent;
 }
 
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
@@ -270,6 +295,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->write_imms_recv = t.write_imms_recv;
 	out->credit_stalls = t.credit_stalls;
 	out->rnr_events = t.rnr_events;
+	out->keepalives_sent = t.keepalives_sent;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;
@@ -312,13 +338,10 @@ static int handle_cm_events(zcrpc_worker *w)
 	return n;
 }
 
-static void check_deadlines(zcrpc_worker *w)
+static void check_deadlines(zcrpc_worker *w, int64_t now)
 {
-	int64_t now = zcrpc__now_ns();
 	zcrpc_conn *c;
 
-	if (!w->next_deadline_ns || now < w->next_deadline_ns)
-		return;
 	w->next_deadline_ns = 0;
 	for (c = w->conns; c; c = c->next) {
 		zcrpc__conn_check_deadline(c, now);
@@ -326,7 +349,48 @@ static void check_deadlines(zcrpc_worker *w)
 		    (!w->next_deadline_ns || c->deadline_ns < w->next_deadline_ns))
 			w->next_deadline_ns = c->deadline_ns;
 	}
-	arm_timer(w);
+}
+
+/* Probes every established connection idle for keepalive_ms that has no
+ * probe outstanding and room in its send ring (a full ring has work in
+ * flight that finds a dead peer as well). Checks again in keepalive_ms / 2
+ * while any connection is established. */
+static void check_keepalives(zcrpc_worker *w, int64_t now)
+{
+	int64_t idle = (int64_t)w->opts.keepalive_ms * 1000000LL;
+	zcrpc_conn *c;
+	int any = 0;
+
+	for (c = w->conns; c; c = c->next) {
+		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
+		    c->torn_down || c->test_broken)
+			continue;
+		any = 1;
+		if (c->ka_outstanding || now - c->last_active_ns < idle ||
+		    zcrpc__sq_room(c) < 1)
+			continue;
+		zcrpc__conn_keepalive(c);
+	}
+	w->next_keepalive_ns = any ? now + keepalive_period_ns(w) : 0;
+}
+
+/* Connection deadlines and keepalive checks, when due. Two comparisons
+ * when nothing is (busy-poll calls this constantly). */
+static void check_timers(zcrpc_worker *w)
+{
+	int64_t now = w->now_ns;
+	int rearm = 0;
+
+	if (w->next_deadline_ns && now >= w->next_deadline_ns) {
+		check_deadlines(w, now);
+		rearm = 1;
+	}
+	if (w->next_keepalive_ns && now >= w->next_keepalive_ns) {
+		check_keepalives(w, now);
+		rearm = 1;
+	}
+	if (rearm)
+		arm_timer(w);
 }
 
 /* Releases the verbs resources of closed connections and frees destroyed
@@ -422,6 +486,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	if (w->in_progress)
 		return ZCRPC_FAILED_PRECONDITION;
 	w->in_progress = 1;
+	w->now_ns = zcrpc__now_ns();
 
 	n = poll_conns(w);
 	if (n == 0) {
@@ -429,7 +494,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		if (nev > 0)
 			n += handle_ready(w, evs, nev);
 	}
-	check_deadlines(w);
+	check_timers(w);
 	reap(w);
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
@@ -438,10 +503,11 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 			w->in_progress = 0;
 			return ZCRPC_INTERNAL;
 		}
+		w->now_ns = zcrpc__now_ns();
 		if (nev > 0)
 			handle_ready(w, evs, nev);
 		poll_conns(w);
-		check_deadlines(w);
+		check_timers(w);
 		reap(w);
 	}
 	w->in_progress = 0;
