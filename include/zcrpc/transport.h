@@ -5,6 +5,8 @@
  * a worker, or a connection/listener that belongs to it, must be called from
  * that thread. Use one worker per thread. Callbacks run only from inside
  * zcrpc_worker_progress(), never inside the call that submitted the work.
+ * The one exception is zcrpc_worker_post(), which any thread may call to
+ * hand a function to the worker's thread.
  *
  * Connections follow rdma_create_ep(3): the active side resolves with
  * rdma_getaddrinfo + rdma_create_ep (on a short-lived setup thread, so the
@@ -97,8 +99,9 @@ ZCRPC_API zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 /**
  * zcrpc_worker_destroy - close every connection and listener of the worker
  * (without waiting for the peers), join its setup threads and free it. All
- * handles that belonged to it become invalid. No callback runs. NULL is a
- * no-op. Must not be called from inside a callback.
+ * handles that belonged to it become invalid. No callback runs, and
+ * functions still queued by zcrpc_worker_post() are freed without running.
+ * NULL is a no-op. Must not be called from inside a callback.
  */
 ZCRPC_API void zcrpc_worker_destroy(zcrpc_worker *w);
 
@@ -133,6 +136,29 @@ ZCRPC_API int zcrpc_worker_fd(const zcrpc_worker *w);
  * zcrpc_worker_progress() should be called first.
  */
 ZCRPC_API zcrpc_status zcrpc_worker_arm(zcrpc_worker *w);
+
+/**
+ * zcrpc_worker_post - run @fn(@w, @arg) on the worker's thread, from inside
+ * a later zcrpc_worker_progress() (never inside this call, even when called
+ * on the worker's thread). Unlike every other function taking a worker,
+ * this one may be called from ANY thread, concurrently. Posted functions
+ * run in the order they were posted (FIFO over all threads), each exactly
+ * once, like any other callback: they may use the worker and its
+ * connections, and post again (that post runs in a later progress call).
+ * A worker sleeping in zcrpc_worker_progress() or on zcrpc_worker_fd() is
+ * woken.
+ *
+ * Ownership: @arg stays the caller's; the library only hands it to @fn.
+ * Functions still queued when zcrpc_worker_destroy() runs are dropped, not
+ * run: a caller that must know whether @fn ran must not destroy the worker
+ * with posts in flight (nor post to a worker being destroyed).
+ * Errors: INVALID_ARGUMENT (NULL @w or @fn), RESOURCE_EXHAUSTED (out of
+ * memory; nothing was queued).
+ */
+ZCRPC_API zcrpc_status zcrpc_worker_post(zcrpc_worker *w,
+					 void (*fn)(zcrpc_worker *worker,
+						    void *fn_arg),
+					 void *arg);
 
 /** Connection states, in the order a connection goes through them. */
 typedef enum zcrpc_conn_state {

@@ -54,7 +54,7 @@ enum zcrpc__src_kind {
 	ZCRPC_SRC_COMP,	    /* a device's completion channel */
 	ZCRPC_SRC_LISTENER, /* a listener's (synchronous) CM channel */
 	ZCRPC_SRC_TIMER,    /* the worker's timerfd */
-	ZCRPC_SRC_EVENT,    /* the worker's eventfd (setup threads) */
+	ZCRPC_SRC_EVENT,    /* the worker's eventfd (setup threads, posts) */
 };
 
 struct zcrpc__src {
@@ -86,6 +86,13 @@ struct zcrpc__job {
 	char detail[160];
 };
 
+/* A function handed to the worker by zcrpc_worker_post(). */
+struct zcrpc__post {
+	struct zcrpc__post *next;
+	void (*fn)(zcrpc_worker *w, void *arg);
+	void *arg;
+};
+
 struct zcrpc_worker {
 	zcrpc_worker_opts opts;
 	zcrpc_context *ctx; /* one reference held */
@@ -103,6 +110,9 @@ struct zcrpc_worker {
 	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
 	int64_t next_keepalive_ns;    /* next keepalive check, 0 = none */
 	int64_t now_ns;		      /* taken once per progress call */
+	pthread_mutex_t post_lock;
+	struct zcrpc__post *posts, *posts_tail; /* FIFO, under post_lock */
+	atomic_int has_posts;			 /* posts != NULL, as a hint */
 	int in_progress;
 	int need_reap;
 	uint32_t reposts_pending; /* conns waiting for pool slots */

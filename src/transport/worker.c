@@ -1,6 +1,6 @@
 /* zcrpc — the worker: event loop over the CM channel, completion channels,
- * listeners, a timerfd for deadlines and keepalive checks, and an eventfd
- * for setup threads. */
+ * listeners, a timerfd for deadlines and keepalive checks, an eventfd for
+ * setup threads and functions posted from other threads. */
 #include "internal.h"
 
 #include <errno.h>
@@ -160,10 +160,13 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	st = ZCRPC_RESOURCE_EXHAUSTED;
 	if (pthread_mutex_init(&w->job_lock, NULL))
 		goto err_free;
+	if (pthread_mutex_init(&w->post_lock, NULL))
+		goto err_job_lock;
+	atomic_init(&w->has_posts, 0);
 	w->now_ns = zcrpc__now_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
-		goto err_mutex;
+		goto err_post_lock;
 	w->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (w->timerfd < 0)
 		goto err_epoll;
@@ -209,7 +212,9 @@ err_timer:
 	close(w->timerfd);
 err_epoll:
 	close(w->epfd);
-err_mutex:
+err_post_lock:
+	pthread_mutex_destroy(&w->post_lock);
+err_job_lock:
 	pthread_mutex_destroy(&w->job_lock);
 err_free:
 	free(w);
@@ -231,6 +236,12 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 		zcrpc__conn_free(c);
 	}
 	zcrpc__jobs_join_all(w);
+	while (w->posts) { /* dropped, not run (see zcrpc_worker_post) */
+		struct zcrpc__post *p = w->posts;
+
+		w->posts = p->next;
+		free(p);
+	}
 	zcrpc__pool_destroy(w->pool);
 	zcrpc__device_close_all(w);
 	zcrpc__context_unref(w->ctx);
@@ -238,6 +249,7 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 	close(w->evfd);
 	close(w->timerfd);
 	close(w->epfd);
+	pthread_mutex_destroy(&w->post_lock);
 	pthread_mutex_destroy(&w->job_lock);
 	free(w);
 }
@@ -393,6 +405,64 @@ static void check_timers(zcrpc_worker *w)
 		arm_timer(w);
 }
 
+/* ---- functions posted from other threads -------------------------------- */
+
+zcrpc_status zcrpc_worker_post(zcrpc_worker *w,
+			       void (*fn)(zcrpc_worker *worker, void *fn_arg),
+			       void *arg)
+{
+	struct zcrpc__post *p;
+	uint64_t one = 1;
+
+	if (!w || !fn)
+		return ZCRPC_INVALID_ARGUMENT;
+	p = malloc(sizeof(*p));
+	if (!p)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	p->next = NULL;
+	p->fn = fn;
+	p->arg = arg;
+	pthread_mutex_lock(&w->post_lock);
+	if (w->posts_tail)
+		w->posts_tail->next = p;
+	else
+		w->posts = p;
+	w->posts_tail = p;
+	atomic_store_explicit(&w->has_posts, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&w->post_lock);
+	/* Wakes a worker asleep on its fd; the counter only overflows after
+	 * 2^64 - 2 unread posts. */
+	if (write(w->evfd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the eventfd is readable anyway */
+	}
+	return ZCRPC_OK;
+}
+
+/* Runs what was posted so far, in order. Functions posted meanwhile (also
+ * by these) wait for the next call. Returns how many ran. */
+static int run_posts(zcrpc_worker *w)
+{
+	struct zcrpc__post *p;
+	int n = 0;
+
+	if (!atomic_load_explicit(&w->has_posts, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&w->post_lock);
+	p = w->posts;
+	w->posts = w->posts_tail = NULL;
+	atomic_store_explicit(&w->has_posts, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&w->post_lock);
+	while (p) {
+		struct zcrpc__post *next = p->next;
+
+		p->fn(w, p->arg);
+		free(p);
+		p = next;
+		n++;
+	}
+	return n;
+}
+
 /* Releases the verbs resources of closed connections and frees destroyed
  * ones. Runs at the end of progress, outside any callback. */
 static void reap(zcrpc_worker *w)
@@ -454,6 +524,7 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 			while (read(w->evfd, &u, sizeof(u)) > 0)
 				;
 			zcrpc__jobs_handle_done(w);
+			run_posts(w);
 			n++;
 			break;
 		}
@@ -471,7 +542,8 @@ zcrpc_status zcrpc_worker_arm(zcrpc_worker *w)
 	for (c = w->conns; c; c = c->next)
 		if (c->cq && !c->torn_down)
 			busy += zcrpc__conn_arm(c);
-	if (w->need_reap)
+	if (w->need_reap ||
+	    atomic_load_explicit(&w->has_posts, memory_order_relaxed))
 		busy++;
 	return busy ? ZCRPC_RESOURCE_EXHAUSTED : ZCRPC_OK;
 }
@@ -488,7 +560,8 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	w->in_progress = 1;
 	w->now_ns = zcrpc__now_ns();
 
-	n = poll_conns(w);
+	n = run_posts(w);
+	n += poll_conns(w);
 	if (n == 0) {
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, 0);
 		if (nev > 0)
