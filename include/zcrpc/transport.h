@@ -204,6 +204,12 @@ typedef struct zcrpc_conn_handlers {
 	 */
 	void (*on_write_imm)(zcrpc_conn *conn, uint32_t imm, size_t len,
 			     void *arg);
+	/**
+	 * A send refused with RESOURCE_EXHAUSTED (no credit, no ring room)
+	 * would now succeed: credits or ring room came back. Runs once per
+	 * refusal episode. May be NULL.
+	 */
+	void (*on_writable)(zcrpc_conn *conn, void *arg);
 } zcrpc_conn_handlers;
 
 /** Active-side connect settings. Initialise with zcrpc_connect_opts_init(). */

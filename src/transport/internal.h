@@ -108,6 +108,8 @@ struct zcrpc_worker {
 	struct zcrpc__job *jobs;      /* unjoined */
 	struct zcrpc__job *done_jobs; /* finished, not yet handled */
 	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
+	struct zcrpc__timer *timers;  /* timer.c */
+	int64_t next_timer_ns;	      /* earliest armed timer, 0 = none */
 	int64_t next_keepalive_ns;    /* next keepalive check, 0 = none */
 	int64_t now_ns;		      /* taken once per progress call */
 	pthread_mutex_t post_lock;
@@ -119,6 +121,20 @@ struct zcrpc_worker {
 	zcrpc_conn_stats gone;	  /* totals of freed connections */
 	char err[192];
 };
+
+/* timer.c: one-shot timers for the RPC layer, run from progress. */
+struct zcrpc__timer {
+	struct zcrpc__timer *next, *prev;
+	int64_t due_ns; /* 0 = not armed */
+	void (*fn)(struct zcrpc__timer *t, int64_t now);
+	unsigned linked : 1;
+};
+
+void zcrpc__timer_start(zcrpc_worker *w, struct zcrpc__timer *t,
+			int64_t due_ns);
+void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
+void zcrpc__timers_run(zcrpc_worker *w, int64_t now);
+void zcrpc__worker_rearm(zcrpc_worker *w);
 
 int64_t zcrpc__now_ns(void);
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c);
@@ -191,6 +207,7 @@ struct zcrpc_conn {
 	unsigned migrated : 1; /* id moved to the worker's CM channel */
 	unsigned in_recv : 1;  /* inside on_recv */
 	unsigned kept : 1;     /* on_recv kept the slot */
+	unsigned want_writable : 1; /* a send was refused: tell on_writable */
 	unsigned ka_outstanding : 1; /* a keepalive probe is in the ring */
 	unsigned test_broken : 1;    /* zcrpc__conn_test_break_qp(): frozen */
 

@@ -287,10 +287,13 @@ static zcrpc_status check_send(zcrpc_conn *c, size_t len)
 		return ZCRPC_INVALID_ARGUMENT;
 	if (c->credits < 2) { /* one credit is kept for credit updates */
 		c->stats.credit_stalls++;
+		c->want_writable = 1;
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	if (zcrpc__sq_room(c) < 1)
+	if (zcrpc__sq_room(c) < 1) {
+		c->want_writable = 1;
 		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
 	return ZCRPC_OK;
 }
 
@@ -565,6 +568,11 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 		if (c->wq)
 			zcrpc__conn_pump_writes(c);
 		maybe_send_credits(c);
+		if (c->want_writable && zcrpc_conn_can_send(c)) {
+			c->want_writable = 0;
+			if (c->h.on_writable && !c->dead)
+				c->h.on_writable(c, c->h.arg);
+		}
 	}
 	return total;
 }

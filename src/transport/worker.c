@@ -53,12 +53,19 @@ static void arm_timer(zcrpc_worker *w)
 
 	if (w->next_keepalive_ns && (!t || w->next_keepalive_ns < t))
 		t = w->next_keepalive_ns;
+	if (w->next_timer_ns && (!t || w->next_timer_ns < t))
+		t = w->next_timer_ns;
 	memset(&its, 0, sizeof(its));
 	if (t) {
 		its.it_value.tv_sec = t / 1000000000LL;
 		its.it_value.tv_nsec = t % 1000000000LL;
 	}
 	timerfd_settime(w->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+void zcrpc__worker_rearm(zcrpc_worker *w)
+{
+	arm_timer(w);
 }
 
 void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns)
@@ -403,6 +410,8 @@ static void check_timers(zcrpc_worker *w)
 	}
 	if (rearm)
 		arm_timer(w);
+	if (w->next_timer_ns && now >= w->next_timer_ns)
+		zcrpc__timers_run(w, now); /* re-arms the timerfd itself */
 }
 
 /* ---- functions posted from other threads -------------------------------- */

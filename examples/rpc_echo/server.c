@@ -1,0 +1,130 @@
+/* zcrpc RPC echo server: the smallest useful RPC service.
+ *
+ *   zcrpc_rpc_echo_server [-a ADDR] [-p PORT]
+ *
+ * Methods:
+ *   /zcrpc.example.Echo/Echo  replies with the request (payload and
+ *                             attachment, in place)
+ *   /zcrpc.example.Echo/Hold  replies with the request after the number of
+ *                             milliseconds in its first 4 bytes (little
+ *                             endian), from another thread
+ * Prints "listening on ADDR:PORT" once ready; SIGTERM shuts down
+ * gracefully (1 s grace).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zcrpc/zcrpc.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
+{
+	zcrpc_reply_opts o;
+
+	(void)arg;
+	memset(&o, 0, sizeof(o));
+	o.size = sizeof(o);
+	if (req->attachment_len)
+		o.attachment = &req->attachment_mr;
+	zcrpc_call_reply(call, ZCRPC_OK, NULL, req->data, req->len, &o);
+}
+
+struct held {
+	zcrpc_server_call *call;
+	uint32_t ms;
+	size_t len;
+	unsigned char data[];
+};
+
+static void *hold_thread(void *arg)
+{
+	struct held *h = arg;
+	struct timespec ts = {h->ms / 1000, (long)(h->ms % 1000) * 1000000L};
+
+	nanosleep(&ts, NULL);
+	zcrpc_call_reply_any_thread(h->call, ZCRPC_OK, NULL, h->data, h->len);
+	free(h);
+	return NULL;
+}
+
+static void hold(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
+{
+	struct held *h;
+	pthread_t t;
+
+	(void)arg;
+	if (req->len < 4) {
+		zcrpc_call_reply(call, ZCRPC_INVALID_ARGUMENT, "need 4 bytes of milliseconds",
+				 NULL, 0, NULL);
+		return;
+	}
+	h = malloc(sizeof(*h) + req->len);
+	if (!h) {
+		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0, NULL);
+		return;
+	}
+	h->call = call;
+	memcpy(&h->ms, req->data, 4);
+	h->len = req->len;
+	memcpy(h->data, req->data, req->len);
+	if (pthread_create(&t, NULL, hold_thread, h)) {
+		free(h);
+		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "no thread", NULL, 0, NULL);
+		return;
+	}
+	pthread_detach(t);
+}
+
+int main(int argc, char **argv)
+{
+	const char *addr = NULL, *port = "7472";
+	zcrpc_worker *w = NULL;
+	zcrpc_server *s = NULL;
+	zcrpc_status st;
+	int opt, rc = 1;
+
+	while ((opt = getopt(argc, argv, "a:p:h")) != -1) {
+		switch (opt) {
+		case 'a': addr = optarg; break;
+		case 'p': port = optarg; break;
+		default:
+			fprintf(stderr, "usage: %s [-a ADDR] [-p PORT]\n", argv[0]);
+			return opt == 'h' ? 0 : 2;
+		}
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
+	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK ||
+	    (st = zcrpc_server_register(s, "/zcrpc.example.Echo/Echo", echo, NULL)) != ZCRPC_OK ||
+	    (st = zcrpc_server_register(s, "/zcrpc.example.Echo/Hold", hold, NULL)) != ZCRPC_OK ||
+	    (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
+		fprintf(stderr, "rpc echo server: %s\n", zcrpc_status_str(st));
+		goto out;
+	}
+	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_port(s));
+	fflush(stdout);
+	while (!stop)
+		zcrpc_worker_progress(w, 100);
+	st = zcrpc_server_shutdown(s, 1000);
+	printf("rpc echo server: shut down (%s)\n", zcrpc_status_str(st));
+	rc = 0;
+out:
+	zcrpc_server_destroy(s);
+	zcrpc_worker_destroy(w);
+	return rc;
+}
