@@ -1,6 +1,6 @@
 /* zcrpc — RPC frames. Every RPC message is one transport DATA message whose
  * payload starts with this 64-byte header (all fields little-endian);
- * metadata and the inline payload follow it. docs/protocol.md §6 is the
+ * metadata and the inline payload follow it. docs/protocol.md §7 is the
  * normative description.
  *
  *   0               1               2               3
