@@ -58,6 +58,8 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	struct zcrpc_md_view md[ZCRPC_MD_MAX_PAIRS];
 	size_t body;
 
+	if (!b && len)
+		return bad(why, why_len, "no frame");
 	if (!b || len < ZCRPC_FRAME_HDR_LEN)
 		return bad(why, why_len, "frame of %zu bytes is shorter than its header", len);
 	if (zcrpc__get_le16(b) != ZCRPC_FRAME_MAGIC)
@@ -84,7 +86,7 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	if (zcrpc__get_le32(b + 12) || get64(b + 56))
 		return bad(why, why_len, "reserved frame fields are not zero");
 	body = len - ZCRPC_FRAME_HDR_LEN;
-	if ((size_t)f->md_len + f->payload_len != body)
+	if ((uint64_t)f->md_len + f->payload_len != (uint64_t)body)
 		return bad(why, why_len,
 			   "frame lengths (metadata %u + payload %u) disagree with the %zu bytes after the header",
 			   f->md_len, (unsigned)f->payload_len, body);
@@ -107,6 +109,20 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 		if (!f->bulk_len || f->bulk_len > ZCRPC_BULK_MAX)
 			return bad(why, why_len, "bulk length %llu out of range",
 				   (unsigned long long)f->bulk_len);
+	}
+	/* Fields a type does not use must be zero. */
+	if (f->type != ZCRPC_FRAME_REPLY && f->status)
+		return bad(why, why_len, "status on a frame of type %u", f->type);
+	if (f->type != ZCRPC_FRAME_REQUEST && (f->deadline_us || f->method_id))
+		return bad(why, why_len, "deadline or method on a frame of type %u", f->type);
+	if (f->type != ZCRPC_FRAME_BULK_GRANT) {
+		if (f->bulk_addr || f->bulk_rkey)
+			return bad(why, why_len, "bulk address or key outside a grant");
+		if (f->bulk_len && !(f->flags & ZCRPC_FRAME_F_BULK))
+			return bad(why, why_len, "bulk length without the bulk flag");
+		if (f->bulk_token && !(f->type == ZCRPC_FRAME_REPLY &&
+				       (f->flags & ZCRPC_FRAME_F_BULK)))
+			return bad(why, why_len, "bulk token outside a grant or bulk reply");
 	}
 	if (f->type == ZCRPC_FRAME_BULK_GRANT) {
 		if (!f->bulk_len || f->bulk_len > ZCRPC_BULK_MAX ||

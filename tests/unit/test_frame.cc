@@ -174,16 +174,15 @@ TEST(Frame, BulkRequestAndReplyRoundTrip)
 	for (uint8_t type : {ZCRPC_FRAME_REQUEST, ZCRPC_FRAME_REPLY}) {
 		zcrpc_frame in = Sample(type);
 		in.flags = ZCRPC_FRAME_F_BULK;
-		in.bulk_addr = 0x1000;
 		in.bulk_len = 12345;
-		in.bulk_rkey = 9;
-		in.bulk_token = 10;
+		if (type == ZCRPC_FRAME_REPLY)
+			in.bulk_token = 10; /* the server's call reference */
 		auto buf = BuildFitting(in, {}, {42});
 		zcrpc_frame out{};
 		ASSERT_EQ(Decode(buf, &out), ZCRPC_OK) << "type " << int(type);
 		EXPECT_EQ(out.flags, ZCRPC_FRAME_F_BULK);
 		EXPECT_EQ(out.bulk_len, 12345u);
-		EXPECT_EQ(out.bulk_addr, 0x1000u);
+		EXPECT_EQ(out.bulk_token, type == ZCRPC_FRAME_REPLY ? 10u : 0u);
 		EXPECT_EQ(out.payload[0], 42);
 	}
 }
@@ -318,7 +317,6 @@ TEST(Frame, PayloadInBulkNeedsABulkPartAndNoInlinePayload)
 		SCOPED_TRACE("type " + std::to_string(t));
 		zcrpc_frame f = Sample(t);
 		f.flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK;
-		f.bulk_addr = 0x2000;
 		f.bulk_len = 1 << 24;
 		zcrpc_frame out{};
 		ASSERT_EQ(Decode(BuildFitting(f, EncodeMd({{"k", "v"}})), &out), ZCRPC_OK);
@@ -643,4 +641,30 @@ TEST(Fnv1a, MethodNamesDiffer)
 	EXPECT_NE(zcrpc__fnv1a("/pkg.Svc/A"), zcrpc__fnv1a("/pkg.Svc/B"));
 	EXPECT_NE(zcrpc__fnv1a("/pkg.Svc/A"), zcrpc__fnv1a("/pkg.Svc/a"));
 	EXPECT_EQ(zcrpc__fnv1a("/pkg.Svc/A"), zcrpc__fnv1a("/pkg.Svc/A"));
+}
+
+TEST(FrameReject, FieldsATypeDoesNotUse)
+{
+	zcrpc_frame f = Sample(ZCRPC_FRAME_CANCEL);
+	f.status = 3;
+	ExpectReject(BuildFitting(f), "status on a frame");
+	f = Sample(ZCRPC_FRAME_GOAWAY);
+	f.deadline_us = 5;
+	ExpectReject(BuildFitting(f), "deadline or method");
+	f = Sample(ZCRPC_FRAME_REPLY);
+	f.method_id = 7;
+	ExpectReject(BuildFitting(f), "deadline or method");
+	f = Sample(ZCRPC_FRAME_REQUEST);
+	f.bulk_addr = 0x1000;
+	f.flags = ZCRPC_FRAME_F_BULK;
+	f.bulk_len = 10;
+	ExpectReject(BuildFitting(f), "bulk address or key");
+	f = Sample(ZCRPC_FRAME_REQUEST);
+	f.bulk_len = 10; /* no bulk flag */
+	ExpectReject(BuildFitting(f), "bulk length without");
+	f = Sample(ZCRPC_FRAME_REQUEST);
+	f.flags = ZCRPC_FRAME_F_BULK;
+	f.bulk_len = 10;
+	f.bulk_token = 4; /* only a grant or a bulk reply carries one */
+	ExpectReject(BuildFitting(f), "bulk token");
 }
