@@ -43,6 +43,7 @@ public:
 	std::function<void(zcrpc_server_call *, const zcrpc_request *)> on_echo, on_hold;
 	std::function<void()> on_tick;
 	std::atomic<int> echo_runs{0}, hold_runs{0};
+	std::atomic<bool> paused{false}; // the worker makes no progress while set
 	zcrpc_worker *w = nullptr;
 	zcrpc_server *s = nullptr;
 
@@ -57,6 +58,10 @@ public:
 			return false;
 		thread_ = std::thread([this] {
 			while (!stop_.load(std::memory_order_relaxed)) {
+				if (paused.load(std::memory_order_relaxed)) {
+					std::this_thread::sleep_for(1ms);
+					continue;
+				}
 				zcrpc_worker_progress(w, 0);
 				if (on_tick)
 					on_tick();
@@ -764,3 +769,78 @@ TEST_F(Rpc, ServerKilledMidCallThenRestartedServerIsReachedAgain)
 	waitpid(pid, &wst, 0);
 }
 #endif
+
+TEST_F(Rpc, LateReplyToACancelledCallIsDroppedAndCounted)
+{
+	RpcServer server; // replies at once, before it sees the CANCEL
+	ASSERT_TRUE(server.Start(env_.addr0));
+	Client cl(env_.addr0, server.port());
+	zcrpc_result r;
+	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r), ZCRPC_OK);
+	zcrpc_result_free(&r);
+	Result res;
+	zcrpc_call_id id = 0;
+	ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kEcho), "x", 1, nullptr, Collect, &res, &id),
+		  ZCRPC_OK);
+	ASSERT_EQ(zcrpc_call_cancel(cl.ch, id), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_call_cancel(cl.ch, id), ZCRPC_NOT_FOUND) << "cancelled twice";
+	ASSERT_TRUE(cl.Wait([&] { return cl.Stats().late_replies > 0; }, 10000))
+		<< "the reply to the cancelled call was not recognised as late";
+	cl.Wait([] { return false; }, 200);
+	EXPECT_EQ(res.calls, 1);
+	EXPECT_EQ(res.status, ZCRPC_CANCELLED);
+	EXPECT_EQ(server.echo_runs.load(), 2);
+}
+
+TEST_F(Rpc, CallsBeyondCreditsWaitInABoundedQueueThenFailFast)
+{
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.window = 8; // the client may have 7 requests unread at the server
+	std::atomic<int> connects{0};
+	so.on_connect = [](zcrpc_server *, zcrpc_conn *, void *a) {
+		(*static_cast<std::atomic<int> *>(a))++;
+	};
+	so.arg = &connects;
+	RpcServer server;
+	ASSERT_TRUE(server.Start(env_.addr0, &so));
+	zcrpc_channel_opts co;
+	zcrpc_channel_opts_init(&co);
+	co.max_pending = 16;
+	Client cl(env_.addr0, server.port(), &co);
+	zcrpc_result r;
+	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r), ZCRPC_OK);
+	zcrpc_result_free(&r);
+	int64_t rnr0 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
+	server.paused = true; // it reads nothing: credits stop coming back
+	std::vector<Result> res(100);
+	int accepted = 0, refused = 0;
+	for (auto &x : res) {
+		zcrpc_status st = zcrpc_call_async(cl.ch, zcrpc_method_id(kEcho), "h", 1, nullptr,
+						   Collect, &x, nullptr);
+		if (st == ZCRPC_OK)
+			accepted++;
+		else if (st == ZCRPC_RESOURCE_EXHAUSTED)
+			refused++;
+		else
+			ADD_FAILURE() << zcrpc_status_str(st);
+		zcrpc_worker_progress(cl.w, 0);
+	}
+	EXPECT_GT(refused, 0) << "the local queue grew without bound";
+	EXPECT_LE(accepted, 7 + 16) << "more calls accepted than credits plus queue";
+	EXPECT_EQ(cl.Stats().pending, 16u);
+	EXPECT_GE(cl.Stats().queue_full, static_cast<uint64_t>(refused));
+	server.paused = false;
+	ASSERT_TRUE(cl.Wait([&] {
+		int done = 0;
+		for (auto &x : res)
+			done += x.calls;
+		return done == accepted;
+	}, 20000));
+	for (auto &x : res)
+		if (x.calls)
+			EXPECT_EQ(x.status, ZCRPC_OK) << x.message;
+	int64_t rnr1 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
+	EXPECT_EQ(rnr1, rnr0) << "receiver-not-ready under a full window";
+	EXPECT_EQ(connects.load(), 1);
+}
