@@ -1,0 +1,195 @@
+/* protobuf-c glue, server side: serves any ProtobufCService (for instance
+ * one built with protoc-c's FOO__INIT(prefix_)) on a zcrpc server. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zcrpc/pb.h"
+
+#include "pb_internal.h"
+
+#define PB_SCALL_MAGIC 0x7a637073u /* "zcps" */
+
+/* How protobuf-c's own invoke sees the handler slots after the base. */
+typedef void (*pb_handler)(void *service, const ProtobufCMessage *input,
+			   ProtobufCClosure closure, void *closure_data);
+
+/* One call in a handler's hands: the closure_data. */
+struct pb_scall {
+	uint32_t magic;
+	zcrpc_server_call *call;
+	const zcrpc_request *req;
+	const ProtobufCServiceDescriptor *d;
+	unsigned mi;
+	ProtobufCMessage *in;
+	struct zcrpc__pb_alloc pa;
+	pthread_t thread; /* the worker's */
+	zcrpc_status st;  /* for closure(NULL) */
+	char *msg;
+};
+
+static void reply_now(struct pb_scall *sc, zcrpc_status st, const char *msg,
+		      const void *data, size_t len)
+{
+	if (pthread_equal(pthread_self(), sc->thread))
+		zcrpc_call_reply(sc->call, st, msg, data, len, NULL);
+	else
+		zcrpc_call_reply_any_thread(sc->call, st, msg, data, len);
+}
+
+static void scall_free(struct pb_scall *sc)
+{
+	if (sc->in)
+		protobuf_c_message_free_unpacked(sc->in, &sc->pa.a);
+	sc->magic = 0;
+	free(sc->msg);
+	free(sc);
+}
+
+static void pb_closure(const ProtobufCMessage *out, void *closure_data)
+{
+	struct pb_scall *sc = closure_data;
+	uint8_t small[4096];
+	uint8_t *buf = small;
+	size_t len;
+
+	if (!sc || sc->magic != PB_SCALL_MAGIC)
+		return;
+	if (!out) {
+		reply_now(sc, sc->st != ZCRPC_OK ? sc->st : ZCRPC_INTERNAL,
+			  sc->msg ? sc->msg : "handler failed", NULL, 0);
+	} else if (out->descriptor != sc->d->methods[sc->mi].output) {
+		reply_now(sc, ZCRPC_INTERNAL, "handler replied with the wrong message type",
+			  NULL, 0);
+	} else {
+		len = protobuf_c_message_get_packed_size(out);
+		if (len > sizeof(small) && !(buf = malloc(len))) {
+			reply_now(sc, ZCRPC_RESOURCE_EXHAUSTED,
+				  "no memory to pack the reply", NULL, 0);
+		} else {
+			protobuf_c_message_pack(out, buf);
+			reply_now(sc, ZCRPC_OK, NULL, buf, len);
+			if (buf != small)
+				free(buf);
+		}
+	}
+	scall_free(sc);
+}
+
+static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
+		      void *arg)
+{
+	ProtobufCService *svc = arg;
+	const ProtobufCServiceDescriptor *d = svc->descriptor;
+	struct pb_scall *sc;
+	unsigned mi;
+	char m[160];
+
+	for (mi = 0; mi < d->n_methods; mi++)
+		if (zcrpc__pb_method_id(d, mi) == r->method_id)
+			break;
+	if (mi >= d->n_methods) { /* the bounds check before invoke */
+		zcrpc_call_reply(call, ZCRPC_UNIMPLEMENTED, "no such method",
+				 NULL, 0, NULL);
+		return;
+	}
+	if (svc->invoke == protobuf_c_service_invoke_internal &&
+	    !((const pb_handler *)(svc + 1))[mi]) {
+		snprintf(m, sizeof(m), "%s.%s is not implemented", d->name,
+			 d->methods[mi].name);
+		zcrpc_call_reply(call, ZCRPC_UNIMPLEMENTED, m, NULL, 0, NULL);
+		return;
+	}
+	sc = calloc(1, sizeof(*sc));
+	if (!sc) {
+		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory",
+				 NULL, 0, NULL);
+		return;
+	}
+	sc->magic = PB_SCALL_MAGIC;
+	sc->call = call;
+	sc->req = r;
+	sc->d = d;
+	sc->mi = mi;
+	sc->thread = pthread_self();
+	sc->st = ZCRPC_OK;
+	zcrpc__pb_alloc_init(&sc->pa, r->len);
+	sc->in = protobuf_c_message_unpack(d->methods[mi].input, &sc->pa.a,
+					   r->len, r->data);
+	if (!sc->in) {
+		if (sc->pa.refused)
+			snprintf(m, sizeof(m), "request exceeds the unpack budget of %zu bytes",
+				 sc->pa.budget);
+		else
+			snprintf(m, sizeof(m), "request does not unpack as %s",
+				 d->methods[mi].input->name);
+		zcrpc_call_reply(call, sc->pa.refused ? ZCRPC_RESOURCE_EXHAUSTED
+						      : ZCRPC_INTERNAL,
+				 m, NULL, 0, NULL);
+		scall_free(sc);
+		return;
+	}
+	svc->invoke(svc, mi, sc->in, pb_closure, sc);
+}
+
+zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
+{
+	const ProtobufCServiceDescriptor *d;
+	zcrpc_status st;
+	unsigned i;
+	char *name;
+	size_t n;
+
+	if (!s || !svc || !svc->invoke || !(d = svc->descriptor) ||
+	    d->magic != PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC || !d->name ||
+	    (d->n_methods && !d->methods))
+		return ZCRPC_INVALID_ARGUMENT;
+	for (i = 0; i < d->n_methods; i++) {
+		n = strlen(d->name) + strlen(d->methods[i].name) + 3;
+		if (!(name = malloc(n)))
+			return ZCRPC_RESOURCE_EXHAUSTED;
+		snprintf(name, n, "/%s/%s", d->name, d->methods[i].name);
+		st = zcrpc_server_register(s, name, pb_handle, svc);
+		free(name);
+		if (st != ZCRPC_OK)
+			return st;
+	}
+	return ZCRPC_OK;
+}
+
+static struct pb_scall *as_scall(const void *closure_data)
+{
+	const struct pb_scall *sc = closure_data;
+
+	if (!sc || sc->magic != PB_SCALL_MAGIC)
+		return NULL;
+	return (struct pb_scall *)sc;
+}
+
+void zcrpc_pb_set_status(void *closure_data, zcrpc_status status,
+			 const char *message)
+{
+	struct pb_scall *sc = as_scall(closure_data);
+
+	if (!sc || status == ZCRPC_OK)
+		return;
+	sc->st = status;
+	free(sc->msg);
+	sc->msg = message ? strdup(message) : NULL;
+}
+
+const zcrpc_request *zcrpc_pb_server_request(const void *closure_data)
+{
+	struct pb_scall *sc = as_scall(closure_data);
+
+	return sc ? sc->req : NULL;
+}
+
+zcrpc_server_call *zcrpc_pb_server_call(const void *closure_data)
+{
+	struct pb_scall *sc = as_scall(closure_data);
+
+	return sc ? sc->call : NULL;
+}
