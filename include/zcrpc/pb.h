@@ -75,6 +75,47 @@ ZCRPC_API zcrpc_status zcrpc_pb_client_set_opts(ProtobufCService *svc,
 ZCRPC_API zcrpc_status zcrpc_pb_last_status(const ProtobufCService *svc,
 					    const char **message);
 
+/* ---- calls by message (what generated typed stubs use) ------------------- */
+
+/** Any function, passed through to a zcrpc_pb_done_fn untouched. */
+typedef void (*zcrpc_pb_fn)(void);
+
+/** Completion of zcrpc_pb_call_async(): runs once, from progress. @reply is
+ * NULL unless @status is OK and is freed when the callback returns;
+ * @message is "" on OK. @fn and @arg are what the call was given. */
+typedef void (*zcrpc_pb_done_fn)(zcrpc_status status, const char *message,
+				 const ProtobufCMessage *reply, zcrpc_pb_fn fn,
+				 void *arg);
+
+/**
+ * zcrpc_pb_call_async - call @method with @req packed straight into
+ * registered memory; the reply is unpacked as @reply_desc (budgeted) and
+ * handed to @done. @req may be freed when this returns. Errors as
+ * zcrpc_call_start() (then @done never runs).
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_call_async(zcrpc_channel *ch, uint32_t method,
+					   const ProtobufCMessage *req,
+					   const ProtobufCMessageDescriptor *reply_desc,
+					   const zcrpc_call_opts *o,
+					   zcrpc_pb_done_fn done, zcrpc_pb_fn fn,
+					   void *arg, zcrpc_call_id *id);
+
+/**
+ * zcrpc_pb_call - call and wait (zcrpc_call(): the request is packed and
+ * copied once; FAILED_PRECONDITION from inside a callback of the
+ * channel's worker). Returns the call's status. On OK *@reply is the
+ * unpacked reply, the caller's: free it with
+ * protobuf_c_message_free_unpacked(*reply, NULL) (or the generated
+ * foo__free_unpacked(..., NULL)); otherwise *@reply is NULL and *@message
+ * (may be NULL) a heap string the caller frees with free(). A reply
+ * attachment is kept only when it lands in o->reply_into.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
+				     const ProtobufCMessage *req,
+				     const ProtobufCMessageDescriptor *reply_desc,
+				     const zcrpc_call_opts *o,
+				     ProtobufCMessage **reply, char **message);
+
 /* ---- server ------------------------------------------------------------- */
 
 /**

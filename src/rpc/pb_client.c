@@ -11,40 +11,29 @@
 
 /* ---- the budgeted allocator ---------------------------------------------- */
 
-/* Each block carries its size in front so free() can give the budget back. */
-typedef union pb_hdr {
-	size_t n;
-	max_align_t align;
-} pb_hdr;
-
+/* Blocks come straight from malloc (so a message unpacked with it can be
+ * freed with the default allocator, NULL); the budget counts every byte
+ * handed out during the unpack, scratch space included, and never gives
+ * any back: a conservative bound. */
 static void *pb_alloc(void *data, size_t size)
 {
 	struct zcrpc__pb_alloc *pa = data;
-	pb_hdr *h;
+	void *p;
 
-	if (size > pa->budget - pa->used ||
-	    sizeof(*h) > pa->budget - pa->used - size) {
+	if (size > pa->budget - pa->used) {
 		pa->refused = 1;
 		return NULL;
 	}
-	h = malloc(sizeof(*h) + size);
-	if (!h)
+	if (!(p = malloc(size ? size : 1)))
 		return NULL;
-	h->n = size;
-	pa->used += sizeof(*h) + size;
-	return h + 1;
+	pa->used += size;
+	return p;
 }
 
 static void pb_free(void *data, void *p)
 {
-	struct zcrpc__pb_alloc *pa = data;
-	pb_hdr *h;
-
-	if (!p)
-		return;
-	h = (pb_hdr *)p - 1;
-	pa->used -= sizeof(*h) + h->n;
-	free(h);
+	(void)data;
+	free(p);
 }
 
 void zcrpc__pb_alloc_init(struct zcrpc__pb_alloc *pa, size_t wire_len)
@@ -266,4 +255,107 @@ zcrpc_status zcrpc_pb_last_status(const ProtobufCService *svc,
 	if (message)
 		*message = c->last_msg ? c->last_msg : "";
 	return c->last;
+}
+
+/* ---- calls by message, for typed stubs ---------------------------------- */
+
+struct pb_acall {
+	const ProtobufCMessageDescriptor *reply_desc;
+	zcrpc_pb_done_fn done;
+	zcrpc_pb_fn fn;
+	void *arg;
+};
+
+static void on_typed_reply(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
+{
+	struct pb_acall *ac = arg;
+	ProtobufCMessage *out = NULL;
+	struct zcrpc__pb_alloc pa;
+	zcrpc_status st = r->status;
+	const char *msg = r->message ? r->message : "";
+
+	(void)ch;
+	if (st == ZCRPC_OK) {
+		zcrpc__pb_alloc_init(&pa, r->len);
+		out = protobuf_c_message_unpack(ac->reply_desc, &pa.a, r->len, r->data);
+		if (!out) {
+			st = pa.refused ? ZCRPC_RESOURCE_EXHAUSTED : ZCRPC_INTERNAL;
+			msg = pa.refused ? "reply exceeds the unpack budget"
+					 : "reply does not unpack";
+		}
+	}
+	ac->done(st, msg, out, ac->fn, ac->arg);
+	if (out)
+		protobuf_c_message_free_unpacked(out, NULL);
+	free(ac);
+}
+
+zcrpc_status zcrpc_pb_call_async(zcrpc_channel *ch, uint32_t method,
+				 const ProtobufCMessage *req,
+				 const ProtobufCMessageDescriptor *reply_desc,
+				 const zcrpc_call_opts *o, zcrpc_pb_done_fn done,
+				 zcrpc_pb_fn fn, void *arg, zcrpc_call_id *id)
+{
+	struct pb_acall *ac;
+	zcrpc_status st;
+
+	if (!ch || !req || !reply_desc || !done ||
+	    reply_desc->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!(ac = malloc(sizeof(*ac))))
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	ac->reply_desc = reply_desc;
+	ac->done = done;
+	ac->fn = fn;
+	ac->arg = arg;
+	st = zcrpc_call_start(ch, method, protobuf_c_message_get_packed_size(req),
+			      fill_pack, (void *)req, o, on_typed_reply, ac, id);
+	if (st != ZCRPC_OK)
+		free(ac);
+	return st;
+}
+
+zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
+			   const ProtobufCMessage *req,
+			   const ProtobufCMessageDescriptor *reply_desc,
+			   const zcrpc_call_opts *o, ProtobufCMessage **reply,
+			   char **message)
+{
+	uint8_t small[4096];
+	uint8_t *buf = small;
+	struct zcrpc__pb_alloc pa;
+	zcrpc_result res;
+	const char *why = NULL;
+	zcrpc_status st;
+	size_t len;
+
+	if (reply)
+		*reply = NULL;
+	if (message)
+		*message = NULL;
+	if (!ch || !req || !reply_desc || !reply ||
+	    reply_desc->magic != PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC)
+		return ZCRPC_INVALID_ARGUMENT;
+	len = protobuf_c_message_get_packed_size(req);
+	if (len > sizeof(small) && !(buf = malloc(len)))
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	protobuf_c_message_pack(req, buf);
+	st = zcrpc_call(ch, method, buf, len, o, &res);
+	if (buf != small)
+		free(buf);
+	if (st == ZCRPC_OK) {
+		zcrpc__pb_alloc_init(&pa, res.len);
+		*reply = protobuf_c_message_unpack(reply_desc, &pa.a, res.len, res.data);
+		if (!*reply) {
+			st = pa.refused ? ZCRPC_RESOURCE_EXHAUSTED : ZCRPC_INTERNAL;
+			why = pa.refused ? "reply exceeds the unpack budget"
+					 : "reply does not unpack";
+		}
+	} else {
+		why = res.message ? res.message : "";
+	}
+	if (message && why)
+		*message = strdup(why);
+	zcrpc_result_free(&res);
+	return st;
 }

@@ -7,8 +7,8 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-/* A malloc-backed ProtobufCAllocator that refuses to hold more than
- * @budget bytes at once. Must outlive every message unpacked with it. */
+/* A malloc-backed ProtobufCAllocator that hands out at most @budget bytes
+ * in all. Messages unpacked with it may be freed with NULL (malloc/free). */
 struct zcrpc__pb_alloc {
 	ProtobufCAllocator a;
 	size_t budget, used;

@@ -1,0 +1,465 @@
+/* zcrpc-gen - typed zcrpc stubs for the services of one .proto file.
+ *
+ * Usage: zcrpc-gen DESCRIPTOR_SET PROTO_NAME OUT_DIR
+ *
+ * DESCRIPTOR_SET is what `protoc-c --include_imports --include_source_info
+ * -o F` wrote; PROTO_NAME is the file's name in it (its path relative to
+ * the import directory). Writes OUT_DIR/STEM.zcrpc.h and .c next to
+ * protoc-c's STEM.pb-c.h: per method a typed synchronous call, a typed
+ * asynchronous call and, per service, a registration helper. Streaming
+ * methods are refused ("file:line: method X is streaming"): protoc-c would
+ * silently generate unary stubs for them.
+ *
+ * protoc-c's C naming is reproduced here (its c_helpers.cc: ToCamel,
+ * CamelToLower, CamelToUpper, FullNameTo*); the c_package file option is
+ * not supported.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/protobuf/descriptor.pb-c.h"
+
+typedef Google__Protobuf__FileDescriptorProto FileProto;
+typedef Google__Protobuf__ServiceDescriptorProto ServiceProto;
+typedef Google__Protobuf__MethodDescriptorProto MethodProto;
+
+/* ---- a growable string ---------------------------------------------------- */
+
+struct str {
+	char *p;
+	size_t len, cap;
+};
+
+static void die_oom(void)
+{
+	fprintf(stderr, "zcrpc-gen: out of memory\n");
+	exit(2);
+}
+
+static void sputc(struct str *s, char c)
+{
+	if (s->len + 2 > s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		char *p = realloc(s->p, cap);
+
+		if (!p)
+			die_oom();
+		s->p = p;
+		s->cap = cap;
+	}
+	s->p[s->len++] = c;
+	s->p[s->len] = '\0';
+}
+
+static void sputs(struct str *s, const char *t)
+{
+	while (*t)
+		sputc(s, *t++);
+}
+
+/* Allocates, so s->p is a string even when nothing is added. */
+static void sinit(struct str *s)
+{
+	sputc(s, 'x');
+	s->p[s->len = 0] = '\0';
+}
+
+static void sprintf_(struct str *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void sprintf_(struct str *s, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+	char *buf;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || !(buf = malloc((size_t)n + 1)))
+		die_oom();
+	va_start(ap, fmt);
+	vsnprintf(buf, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	sputs(s, buf);
+	free(buf);
+}
+
+/* ---- protoc-c's naming ---------------------------------------------------- */
+
+/* foo_bar -> FooBar */
+static void to_camel(struct str *s, const char *name, size_t n)
+{
+	int next_upper = 1;
+
+	for (size_t i = 0; i < n; i++) {
+		if (name[i] == '_') {
+			next_upper = 1;
+		} else if (next_upper) {
+			sputc(s, (char)toupper((unsigned char)name[i]));
+			next_upper = 0;
+		} else {
+			sputc(s, name[i]);
+		}
+	}
+}
+
+/* GetHTTPThing -> get_httpthing (lower) or GET_HTTPTHING (upper) */
+static void camel_to(struct str *s, const char *name, size_t n, int upper)
+{
+	int was_upper = 1;
+
+	for (size_t i = 0; i < n; i++) {
+		int is_upper = isupper((unsigned char)name[i]) != 0;
+
+		if (is_upper && !was_upper)
+			sputc(s, '_');
+		sputc(s, (char)(upper ? toupper((unsigned char)name[i])
+				      : tolower((unsigned char)name[i])));
+		was_upper = is_upper;
+	}
+}
+
+enum style { CNAME, LOWER, UPPER };
+
+/* A dotted full name ("pkg.Msg", leading dot allowed) in protoc-c's style. */
+static char *full_name(const char *full, enum style st)
+{
+	struct str s = {0};
+	const char *p = full;
+
+	sinit(&s);
+	while (*p) {
+		const char *dot = strchr(p, '.');
+		size_t n = dot ? (size_t)(dot - p) : strlen(p);
+
+		if (n) {
+			if (s.len)
+				sputs(&s, "__");
+			if (st == CNAME)
+				to_camel(&s, p, n);
+			else
+				camel_to(&s, p, n, st == UPPER);
+		}
+		p += n;
+		if (*p == '.')
+			p++;
+	}
+	return s.p;
+}
+
+static char *camel(const char *name, enum style st)
+{
+	struct str s = {0};
+
+	sinit(&s);
+	camel_to(&s, name, strlen(name), st == UPPER);
+	return s.p;
+}
+
+static uint32_t fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	while (*s) {
+		h ^= (uint8_t)*s++;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* ---- reading the descriptor set ------------------------------------------- */
+
+static uint8_t *read_all(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *buf = NULL;
+	size_t cap = 0, n = 0;
+
+	if (!f)
+		return NULL;
+	for (;;) {
+		if (n == cap) {
+			uint8_t *p;
+
+			cap = cap ? cap * 2 : 65536;
+			if (!(p = realloc(buf, cap)))
+				die_oom();
+			buf = p;
+		}
+		size_t r = fread(buf + n, 1, cap - n, f);
+
+		n += r;
+		if (r == 0)
+			break;
+	}
+	if (ferror(f)) {
+		fclose(f);
+		free(buf);
+		return NULL;
+	}
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+/* The line (1-based) of service @si method @mi, or 0 when unknown. */
+static int method_line(const FileProto *fp, size_t si, size_t mi)
+{
+	const Google__Protobuf__SourceCodeInfo *sci = fp->source_code_info;
+
+	if (!sci)
+		return 0;
+	for (size_t i = 0; i < sci->n_location; i++) {
+		const Google__Protobuf__SourceCodeInfo__Location *l = sci->location[i];
+
+		/* FileDescriptorProto.service = 6, ServiceDescriptorProto.method = 2 */
+		if (l->n_path == 4 && l->path[0] == 6 && (size_t)l->path[1] == si &&
+		    l->path[2] == 2 && (size_t)l->path[3] == mi && l->n_span >= 1)
+			return l->span[0] + 1;
+	}
+	return 0;
+}
+
+/* ---- emitting ------------------------------------------------------------- */
+
+static const char kWhoFrees[] =
+	"/*\n"
+	" * Who frees what:\n"
+	" * - Requests stay the caller's. Both calls pack them before returning,\n"
+	" *   so they may be freed or changed as soon as the call returns.\n"
+	" * - X__Y__call() waits for the reply. On OK *reply is the caller's:\n"
+	" *   free it with the reply type's __free_unpacked(*reply, NULL). On an\n"
+	" *   error *reply is NULL and *message (if message is not NULL) is a heap\n"
+	" *   string the caller frees with free().\n"
+	" * - X__Y__async() returns at once; done runs exactly once, from\n"
+	" *   zcrpc_worker_progress() of the channel's worker, unless the call\n"
+	" *   returns an error (then never). Its reply is the library's, valid\n"
+	" *   only during done (copy what you keep), and NULL unless status is\n"
+	" *   OK; message is \"\" on OK.\n"
+	" * - Call options (o, may be NULL) carry the deadline, metadata and\n"
+	" *   attachments (zcrpc_call_opts); what they point to is the caller's.\n"
+	" * - X__zcrpc_register() serves impl (built with protoc-c's X__INIT) on\n"
+	" *   a server; impl must outlive the server, every handler must be set.\n"
+	" *   Handlers call closure(reply, closure_data) exactly once, now or\n"
+	" *   later; the reply stays the handler's (it is packed and copied), the\n"
+	" *   request is freed after the closure ran. closure(NULL, ...) answers\n"
+	" *   with the status given to zcrpc_pb_set_status(), INTERNAL otherwise.\n"
+	" */\n";
+
+static int emit(const FileProto *fp, const char *stem, struct str *h,
+		struct str *c)
+{
+	struct str guard = {0};
+
+	sputs(&guard, "ZCRPC_GEN_");
+	for (const char *p = stem; *p; p++)
+		sputc(&guard, isalnum((unsigned char)*p) ? (char)toupper((unsigned char)*p) : '_');
+	sputs(&guard, "_ZCRPC_H");
+
+	sprintf_(h, "/* Generated by zcrpc-gen from %s. Do not edit. */\n", fp->name);
+	sprintf_(h, "#ifndef %s\n#define %s\n\n", guard.p, guard.p);
+	sprintf_(h, "#include <zcrpc/pb.h>\n\n#include \"%s.pb-c.h\"\n\n", stem);
+	sputs(h, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+	sputs(h, kWhoFrees);
+
+	sprintf_(c, "/* Generated by zcrpc-gen from %s. Do not edit. */\n", fp->name);
+	sprintf_(c, "#include \"%s.zcrpc.h\"\n", stem);
+
+	for (size_t si = 0; si < fp->n_service; si++) {
+		const ServiceProto *sp = fp->service[si];
+		struct str full = {0};
+		char *svc_c, *svc_lower, *svc_upper;
+
+		if (fp->package && *fp->package)
+			sprintf_(&full, "%s.%s", fp->package, sp->name);
+		else
+			sputs(&full, sp->name);
+		svc_c = full_name(full.p, CNAME);
+		svc_lower = full_name(full.p, LOWER);
+		svc_upper = full_name(full.p, UPPER);
+
+		sprintf_(h, "\n/* ---- service %s ---- */\n", full.p);
+		sprintf_(c, "\n/* ---- service %s ---- */\n", full.p);
+		for (size_t mi = 0; mi < sp->n_method; mi++) {
+			const MethodProto *mp = sp->method[mi];
+			char *in_c = full_name(mp->input_type, CNAME);
+			char *out_c = full_name(mp->output_type, CNAME);
+			char *out_lower = full_name(mp->output_type, LOWER);
+			char *m_camel = NULL, *m_lower = camel(mp->name, LOWER),
+			     *m_upper = camel(mp->name, UPPER);
+			struct str path = {0}, mc = {0};
+
+			to_camel(&mc, mp->name, strlen(mp->name));
+			m_camel = mc.p;
+			sprintf_(&path, "/%s/%s", full.p, mp->name);
+			sprintf_(h, "\n/* %s: %s -> %s */\n", path.p, in_c, out_c);
+			sprintf_(h, "#define %s__%s__ZCRPC_NAME \"%s\"\n", svc_upper, m_upper, path.p);
+			sprintf_(h, "#define %s__%s__ZCRPC_ID 0x%08xu\n", svc_upper, m_upper,
+				 fnv1a(path.p));
+			sprintf_(h, "typedef void (*%s__%s_ZcrpcDone)(zcrpc_status status,\n"
+				    "\tconst char *message, const %s *reply, void *arg);\n",
+				 svc_c, m_camel, out_c);
+			sprintf_(h, "zcrpc_status %s__%s__call(zcrpc_channel *ch,\n"
+				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
+				    "\t%s **reply, char **message);\n",
+				 svc_lower, m_lower, in_c, out_c);
+			sprintf_(h, "zcrpc_status %s__%s__async(zcrpc_channel *ch,\n"
+				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
+				    "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id);\n",
+				 svc_lower, m_lower, in_c, svc_c, m_camel);
+
+			sprintf_(c, "\nzcrpc_status %s__%s__call(zcrpc_channel *ch,\n"
+				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
+				    "\t%s **reply, char **message)\n{\n"
+				    "\tProtobufCMessage *m = NULL;\n"
+				    "\tzcrpc_status st;\n\n"
+				    "\tif (!req || !reply) {\n"
+				    "\t\tif (reply)\n\t\t\t*reply = NULL;\n"
+				    "\t\tif (message)\n\t\t\t*message = NULL;\n"
+				    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n\t}\n"
+				    "\tst = zcrpc_pb_call(ch, %s__%s__ZCRPC_ID, &req->base,\n"
+				    "\t\t&%s__descriptor, o, &m, message);\n"
+				    "\t*reply = (%s *)m;\n"
+				    "\treturn st;\n}\n",
+				 svc_lower, m_lower, in_c, out_c, svc_upper, m_upper, out_lower,
+				 out_c);
+			sprintf_(c, "\nstatic void %s__%s__done(zcrpc_status status,\n"
+				    "\tconst char *message, const ProtobufCMessage *reply,\n"
+				    "\tzcrpc_pb_fn fn, void *arg)\n{\n"
+				    "\t((%s__%s_ZcrpcDone)fn)(status, message,\n"
+				    "\t\t(const %s *)reply, arg);\n}\n",
+				 svc_lower, m_lower, svc_c, m_camel, out_c);
+			sprintf_(c, "\nzcrpc_status %s__%s__async(zcrpc_channel *ch,\n"
+				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
+				    "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id)\n{\n"
+				    "\tif (!req || !done)\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n"
+				    "\treturn zcrpc_pb_call_async(ch, %s__%s__ZCRPC_ID, &req->base,\n"
+				    "\t\t&%s__descriptor, o, %s__%s__done,\n"
+				    "\t\t(zcrpc_pb_fn)done, arg, id);\n}\n",
+				 svc_lower, m_lower, in_c, svc_c, m_camel, svc_upper, m_upper,
+				 out_lower, svc_lower, m_lower);
+			free(in_c);
+			free(out_c);
+			free(out_lower);
+			free(m_camel);
+			free(m_lower);
+			free(m_upper);
+			free(path.p);
+		}
+
+		sprintf_(h, "\n/* Serves every method of %s on @s (see above); INVALID_ARGUMENT\n"
+			    " * when a handler is NULL or impl is not a %s service;\n"
+			    " * otherwise as zcrpc_pb_server_register(). */\n"
+			    "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
+			    "\t%s_Service *impl);\n",
+			 full.p, full.p, svc_lower, svc_c);
+		sprintf_(c, "\nzcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
+			    "\t%s_Service *impl)\n{\n"
+			    "\tif (!s || !impl || impl->base.descriptor != &%s__descriptor ||\n"
+			    "\t    %s__descriptor.n_methods != %zuu)\n"
+			    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
+			 svc_lower, svc_c, svc_lower, svc_lower, sp->n_method);
+		if (sp->n_method) {
+			sputs(c, "\tif (");
+			for (size_t mi = 0; mi < sp->n_method; mi++) {
+				char *m_lower = camel(sp->method[mi]->name, LOWER);
+
+				sprintf_(c, "%s!impl->%s", mi ? " ||\n\t    " : "", m_lower);
+				free(m_lower);
+			}
+			sputs(c, ")\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n");
+		}
+		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
+		free(svc_c);
+		free(svc_lower);
+		free(svc_upper);
+		free(full.p);
+	}
+	sputs(h, "\n#ifdef __cplusplus\n}\n#endif\n\n");
+	sprintf_(h, "#endif /* %s */\n", guard.p);
+	free(guard.p);
+	return 0;
+}
+
+static int write_file(const char *path, const struct str *s)
+{
+	FILE *f = fopen(path, "wb");
+
+	if (!f || fwrite(s->p, 1, s->len, f) != s->len || fclose(f) != 0) {
+		fprintf(stderr, "zcrpc-gen: cannot write %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	Google__Protobuf__FileDescriptorSet *set;
+	const FileProto *fp = NULL;
+	struct str h = {0}, c = {0}, stem = {0}, hp = {0}, cp = {0};
+	uint8_t *buf;
+	size_t len = 0;
+	int bad = 0;
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: zcrpc-gen DESCRIPTOR_SET PROTO_NAME OUT_DIR\n");
+		return 2;
+	}
+	if (!(buf = read_all(argv[1], &len))) {
+		fprintf(stderr, "zcrpc-gen: cannot read %s: %s\n", argv[1], strerror(errno));
+		return 2;
+	}
+	set = google__protobuf__file_descriptor_set__unpack(NULL, len, buf);
+	free(buf);
+	if (!set) {
+		fprintf(stderr, "zcrpc-gen: %s is not a FileDescriptorSet\n", argv[1]);
+		return 2;
+	}
+	for (size_t i = 0; i < set->n_file; i++)
+		if (set->file[i]->name && strcmp(set->file[i]->name, argv[2]) == 0)
+			fp = set->file[i];
+	if (!fp) {
+		fprintf(stderr, "zcrpc-gen: %s: no file %s in it\n", argv[1], argv[2]);
+		return 2;
+	}
+	for (size_t si = 0; si < fp->n_service; si++)
+		for (size_t mi = 0; mi < fp->service[si]->n_method; mi++) {
+			const MethodProto *mp = fp->service[si]->method[mi];
+			int line;
+
+			if (!mp->client_streaming && !mp->server_streaming)
+				continue;
+			line = method_line(fp, si, mi);
+			if (line)
+				fprintf(stderr, "%s:%d: method %s is streaming\n", fp->name, line,
+					mp->name);
+			else
+				fprintf(stderr, "%s: method %s is streaming\n", fp->name, mp->name);
+			bad = 1;
+		}
+	if (bad) {
+		fprintf(stderr, "zcrpc-gen: zcrpc calls are unary; no stubs written\n");
+		return 1;
+	}
+	sputs(&stem, fp->name);
+	if (stem.len > 6 && strcmp(stem.p + stem.len - 6, ".proto") == 0)
+		stem.p[stem.len -= 6] = '\0';
+	emit(fp, stem.p, &h, &c);
+	sprintf_(&hp, "%s/%s.zcrpc.h", argv[3], stem.p);
+	sprintf_(&cp, "%s/%s.zcrpc.c", argv[3], stem.p);
+	if (write_file(hp.p, &h) || write_file(cp.p, &c))
+		return 2;
+	google__protobuf__file_descriptor_set__free_unpacked(set, NULL);
+	free(h.p);
+	free(c.p);
+	free(stem.p);
+	free(hp.p);
+	free(cp.p);
+	return 0;
+}
