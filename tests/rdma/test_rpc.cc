@@ -44,6 +44,13 @@ public:
 	std::function<void()> on_tick;
 	std::atomic<int> echo_runs{0}, hold_runs{0};
 	std::atomic<bool> paused{false}; // the worker makes no progress while set
+	std::atomic<bool> parked{false}; // the thread saw `paused` and stopped
+	void Pause()
+	{
+		paused = true;
+		while (!parked.load())
+			std::this_thread::sleep_for(1ms);
+	}
 	zcrpc_worker *w = nullptr;
 	zcrpc_server *s = nullptr;
 
@@ -58,10 +65,12 @@ public:
 			return false;
 		thread_ = std::thread([this] {
 			while (!stop_.load(std::memory_order_relaxed)) {
-				if (paused.load(std::memory_order_relaxed)) {
+				if (paused.load()) {
+					parked = true; // no progress call is running now
 					std::this_thread::sleep_for(1ms);
 					continue;
 				}
+				parked = false;
 				zcrpc_worker_progress(w, 0);
 				if (on_tick)
 					on_tick();
@@ -812,7 +821,7 @@ TEST_F(Rpc, CallsBeyondCreditsWaitInABoundedQueueThenFailFast)
 	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r), ZCRPC_OK);
 	zcrpc_result_free(&r);
 	int64_t rnr0 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
-	server.paused = true; // it reads nothing: credits stop coming back
+	server.Pause(); // it reads nothing now: credits stop coming back
 	std::vector<Result> res(100);
 	int accepted = 0, refused = 0;
 	for (auto &x : res) {
