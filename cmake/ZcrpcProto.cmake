@@ -37,6 +37,7 @@ function(zcrpc_protoc_c)
   endif()
   if(NOT A_IMPORT_DIR)
     list(GET A_PROTOS 0 first)
+    get_filename_component(first ${first} ABSOLUTE) # a bare name has no folder
     get_filename_component(A_IMPORT_DIR ${first} DIRECTORY)
   endif()
   get_filename_component(import_dir ${A_IMPORT_DIR} ABSOLUTE)
@@ -70,6 +71,7 @@ function(zcrpc_add_proto)
   endif()
   if(NOT A_IMPORT_DIR)
     list(GET A_FILES 0 first)
+    get_filename_component(first ${first} ABSOLUTE) # a bare name has no folder
     get_filename_component(A_IMPORT_DIR ${first} DIRECTORY)
   endif()
   if(TARGET zcrpc-gen)                     # in zcrpc's own tree
