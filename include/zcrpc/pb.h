@@ -153,6 +153,18 @@ ZCRPC_API void zcrpc_pb_set_status(void *closure_data, zcrpc_status status,
 				   const char *message);
 
 /**
+ * zcrpc_pb_set_reply_attachment - inside a handler of a registered service:
+ * send @attachment (registered memory, sent in place by RDMA WRITE) with
+ * the reply the following closure(message) makes; the caller receives it as
+ * the reply's attachment. Keep the memory unchanged until @on_done(@ctx,
+ * status) runs (may be NULL). The closure must then run on the worker's
+ * thread. Errors: INVALID_ARGUMENT.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_set_reply_attachment(
+	void *closure_data, const zcrpc_bulk *attachment,
+	void (*on_done)(void *ctx, zcrpc_status st), void *ctx);
+
+/**
  * zcrpc_pb_server_request - inside a handler of a registered service: the
  * zcrpc request behind @closure_data (metadata, deadline, attachment),
  * valid until the closure runs.

@@ -28,15 +28,35 @@ struct pb_scall {
 	pthread_t thread; /* the worker's */
 	zcrpc_status st;  /* for closure(NULL) */
 	char *msg;
+	int has_att;	  /* zcrpc_pb_set_reply_attachment() */
+	zcrpc_bulk att;
+	void (*att_done)(void *ctx, zcrpc_status st);
+	void *att_ctx;
 };
 
 static void reply_now(struct pb_scall *sc, zcrpc_status st, const char *msg,
 		      const void *data, size_t len)
 {
-	if (pthread_equal(pthread_self(), sc->thread))
-		zcrpc_call_reply(sc->call, st, msg, data, len, NULL);
-	else
+	zcrpc_reply_opts o;
+
+	memset(&o, 0, sizeof(o));
+	o.size = sizeof(o);
+	if (sc->has_att && st == ZCRPC_OK) {
+		o.attachment = &sc->att;
+		o.on_done = sc->att_done;
+		o.ctx = sc->att_ctx;
+	}
+	if (pthread_equal(pthread_self(), sc->thread)) {
+		zcrpc_call_reply(sc->call, st, msg, data, len, &o);
+	} else if (o.attachment) {
+		/* Attachments are sent from the worker's thread only. */
+		zcrpc_call_reply_any_thread(sc->call, ZCRPC_INTERNAL,
+					    "reply attachment from another thread", NULL, 0);
+		if (sc->att_done)
+			sc->att_done(sc->att_ctx, ZCRPC_INTERNAL);
+	} else {
 		zcrpc_call_reply_any_thread(sc->call, st, msg, data, len);
+	}
 }
 
 static void scall_free(struct pb_scall *sc)
@@ -178,6 +198,22 @@ void zcrpc_pb_set_status(void *closure_data, zcrpc_status status,
 	sc->st = status;
 	free(sc->msg);
 	sc->msg = message ? strdup(message) : NULL;
+}
+
+zcrpc_status zcrpc_pb_set_reply_attachment(void *closure_data,
+					   const zcrpc_bulk *attachment,
+					   void (*on_done)(void *ctx, zcrpc_status st),
+					   void *ctx)
+{
+	struct pb_scall *sc = as_scall(closure_data);
+
+	if (!sc || !attachment || !attachment->mr || !attachment->len)
+		return ZCRPC_INVALID_ARGUMENT;
+	sc->has_att = 1;
+	sc->att = *attachment;
+	sc->att_done = on_done;
+	sc->att_ctx = ctx;
+	return ZCRPC_OK;
 }
 
 const zcrpc_request *zcrpc_pb_server_request(const void *closure_data)

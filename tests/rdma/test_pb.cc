@@ -101,9 +101,25 @@ private:
 };
 
 // The handlers, named for ZCRPC__PBTEST__TEST__INIT(srv_).
+// Registered on the server's context by a test that wants echo replies to
+// carry an attachment (f_int32 == 77).
+const zcrpc_mr *g_reply_att = nullptr;
+size_t g_reply_att_len = 0;
+std::atomic<int> g_att_done{0};
+
 void srv_echo(Zcrpc__Pbtest__Test_Service *, const Zcrpc__Pbtest__All *in,
 	      Zcrpc__Pbtest__All_Closure closure, void *cd)
 {
+	if (in->f_int32 == 77 && g_reply_att) {
+		zcrpc_bulk b{g_reply_att, 0, g_reply_att_len};
+		EXPECT_EQ(zcrpc_pb_set_reply_attachment(
+				  cd, &b, [](void *, zcrpc_status st) {
+					  if (st == ZCRPC_OK)
+						  g_att_done++;
+				  },
+				  nullptr),
+			  ZCRPC_OK);
+	}
 	closure(in, cd);
 }
 
@@ -737,4 +753,44 @@ TEST_F(Pb, GeneratedTypedStubsCallSyncAndAsyncAndRegister)
 	EXPECT_TRUE((done.payload == std::vector<uint8_t>{5, 4, 3, 2, 1}));
 	zcrpc_channel_destroy(ch);
 	zcrpc_worker_destroy(w);
+}
+
+TEST_F(Pb, HandlerRepliesWithAnAttachmentInPlace)
+{
+	auto server = std::make_unique<PbServer>();
+	ASSERT_TRUE(server->Start(env_.addr0));
+	const size_t n = 3u << 20;
+	std::vector<uint8_t> src(n), dst(n, 0);
+	for (size_t k = 0; k < n; k++)
+		src[k] = static_cast<uint8_t>(k * 7 + (k >> 12));
+	zcrpc_mr *smr = nullptr;
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(server->w), src.data(), n, 0, &smr),
+		  ZCRPC_OK);
+	g_reply_att = smr;
+	g_reply_att_len = n;
+	Client cl(env_.addr0, server->port());
+	zcrpc_mr *dmr = nullptr;
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(cl.w), dst.data(), n,
+				    ZCRPC_MR_REMOTE_WRITE, &dmr),
+		  ZCRPC_OK);
+	zcrpc_bulk into{dmr, 0, n};
+	zcrpc_call_opts o;
+	zcrpc_call_opts_init(&o);
+	o.reply_into = &into;
+	ASSERT_EQ(zcrpc_pb_client_set_opts(cl.svc, &o), ZCRPC_OK);
+	Zcrpc__Pbtest__All req = ZCRPC__PBTEST__ALL__INIT;
+	req.f_int32 = 77;
+	Got g;
+	g.svc = cl.svc;
+	zcrpc__pbtest__test__echo(cl.svc, &req, OnAll, &g);
+	ASSERT_TRUE(cl.Wait([&] { return g.calls > 0; }, 60000));
+	EXPECT_EQ(g.status, ZCRPC_OK) << g.message;
+	EXPECT_TRUE(dst == src) << "the attachment did not land in reply_into intact";
+	ASSERT_TRUE(cl.Wait([&] { return g_att_done.load() > 0; }, 10000))
+		<< "the handler was never told its attachment left";
+	ASSERT_EQ(zcrpc_pb_client_set_opts(cl.svc, nullptr), ZCRPC_OK);
+	g_reply_att = nullptr;
+	zcrpc_mr_deregister(dmr);
+	server.reset(); // it used smr: stop it before deregistering
+	zcrpc_mr_deregister(smr);
 }
