@@ -305,6 +305,16 @@ ZCRPC_API zcrpc_status zcrpc_call_reply(zcrpc_server_call *call,
 					size_t len, const zcrpc_reply_opts *o);
 
 /**
+ * zcrpc_call_reply_fill - answer @call with OK and a @len-byte payload that
+ * @fill writes straight into registered memory (no copy: how protobuf-c
+ * replies are packed). Otherwise as zcrpc_call_reply().
+ */
+ZCRPC_API zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *call,
+					     size_t len, zcrpc_fill_fn fill,
+					     void *fill_ctx,
+					     const zcrpc_reply_opts *o);
+
+/**
  * zcrpc_call_reply_any_thread - the same from any thread: the message and
  * payload are copied now and the reply is made on the worker's thread
  * (through its handoff queue). Returns OK once queued. No attachments.

@@ -68,6 +68,12 @@ static void scall_free(struct pb_scall *sc)
 	free(sc);
 }
 
+static void pack_fill(void *dst, size_t len, void *ctx)
+{
+	(void)len;
+	protobuf_c_message_pack(ctx, dst);
+}
+
 static void pb_closure(const ProtobufCMessage *out, void *closure_data)
 {
 	struct pb_scall *sc = closure_data;
@@ -83,6 +89,20 @@ static void pb_closure(const ProtobufCMessage *out, void *closure_data)
 	} else if (out->descriptor != sc->d->methods[sc->mi].output) {
 		reply_now(sc, ZCRPC_INTERNAL, "handler replied with the wrong message type",
 			  NULL, 0);
+	} else if (pthread_equal(pthread_self(), sc->thread)) {
+		/* On the worker: pack straight into the reply's registered
+		 * memory, no intermediate buffer. */
+		zcrpc_reply_opts o;
+
+		memset(&o, 0, sizeof(o));
+		o.size = sizeof(o);
+		if (sc->has_att) {
+			o.attachment = &sc->att;
+			o.on_done = sc->att_done;
+			o.ctx = sc->att_ctx;
+		}
+		zcrpc_call_reply_fill(sc->call, protobuf_c_message_get_packed_size(out),
+				      pack_fill, (void *)out, &o);
 	} else {
 		len = protobuf_c_message_get_packed_size(out);
 		if (len > sizeof(small) && !(buf = malloc(len))) {

@@ -599,9 +599,33 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 
 /* ---- replies -------------------------------------------------------------- */
 
+static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
+			  const char *message, const void *data, size_t len,
+			  zcrpc_fill_fn fill, void *fill_ctx,
+			  const zcrpc_reply_opts *o);
+
 zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 			      const char *message, const void *data, size_t len,
 			      const zcrpc_reply_opts *o)
+{
+	if (len && !data)
+		return ZCRPC_INVALID_ARGUMENT;
+	return reply(c, status, message, data, len, NULL, NULL, o);
+}
+
+zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *c, size_t len,
+				   zcrpc_fill_fn fill, void *fill_ctx,
+				   const zcrpc_reply_opts *o)
+{
+	if (len && !fill)
+		return ZCRPC_INVALID_ARGUMENT;
+	return reply(c, ZCRPC_OK, NULL, NULL, len, fill, fill_ctx, o);
+}
+
+static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
+			  const char *message, const void *data, size_t len,
+			  zcrpc_fill_fn fill, void *fill_ctx,
+			  const zcrpc_reply_opts *o)
 {
 	zcrpc_server *s;
 	struct sconn *sc;
@@ -611,7 +635,7 @@ zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 	size_t mdl, inline_cap;
 	zcrpc_status st;
 
-	if (!c || c->state != SS_RUNNING || (len && !data) ||
+	if (!c || c->state != SS_RUNNING ||
 	    (unsigned)status >= ZCRPC_STATUS_COUNT)
 		return ZCRPC_INVALID_ARGUMENT;
 	s = c->s;
@@ -649,6 +673,7 @@ zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 		/* Errors carry their message as the payload. */
 		data = message ? message : "";
 		len = strlen(data);
+		fill = NULL;
 		if (len > 512)
 			len = 512;
 		ro.attachment = NULL; /* metadata is still allowed */
@@ -667,8 +692,12 @@ zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 		st = zcrpc__bulk_get(&s->bulk, len, &c->reply_buf);
 		if (st != ZCRPC_OK)
 			goto err_reply;
-		memcpy(c->reply_buf->ptr, data, len);
-		s->st.copied_bytes += len;
+		if (fill) {
+			fill(c->reply_buf->ptr, len, fill_ctx);
+		} else {
+			memcpy(c->reply_buf->ptr, data, len);
+			s->st.copied_bytes += len;
+		}
 		c->reply_src.len = len;
 		f.flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK;
 		f.bulk_len = len;
@@ -686,10 +715,11 @@ zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 	}
 	if (f.flags & ZCRPC_FRAME_F_BULK)
 		f.bulk_token = sref(s, c);
-	st = zcrpc__out_build(s->w, &f, ro.md, ro.n_md, len, NULL, NULL, data, &out);
+	st = zcrpc__out_build(s->w, &f, ro.md, ro.n_md, len, fill, fill_ctx,
+			      data, &out);
 	if (st != ZCRPC_OK)
 		goto err_reply;
-	if (status == ZCRPC_OK && data && len)
+	if (status == ZCRPC_OK && !fill && len)
 		s->st.copied_bytes += len;
 	sc_send(sc, &out);
 	if (f.flags & ZCRPC_FRAME_F_BULK) {

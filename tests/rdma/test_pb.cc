@@ -786,6 +786,9 @@ TEST_F(Pb, HandlerRepliesWithAnAttachmentInPlace)
 	ASSERT_TRUE(cl.Wait([&] { return g.calls > 0; }, 60000));
 	EXPECT_EQ(g.status, ZCRPC_OK) << g.message;
 	EXPECT_TRUE(dst == src) << "the attachment did not land in reply_into intact";
+	// The reply message was packed straight into registered memory and
+	// the attachment sent in place: the server copied nothing.
+	EXPECT_EQ(server->Stats().copied_bytes, 0u);
 	ASSERT_TRUE(cl.Wait([&] { return g_att_done.load() > 0; }, 10000))
 		<< "the handler was never told its attachment left";
 	ASSERT_EQ(zcrpc_pb_client_set_opts(cl.svc, nullptr), ZCRPC_OK);
