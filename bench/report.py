@@ -1,0 +1,419 @@
+#!/usr/bin/python3
+"""Turns the raw outputs of bench/run-in-guest.sh into results.json,
+results.csv, results.md and latency.png / bandwidth.png (gnuplot).
+
+Usage: bench/report.py OUTDIR       (reads OUTDIR/raw, OUTDIR/run.json)
+Exit status 1 when perftest or zcrpc produced no numbers at all.
+Standard library only (Debian's /usr/bin/python3)."""
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+
+out = sys.argv[1]
+raw = os.path.join(out, "raw")
+LAT_SIZES = [16, 256, 4096]
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def tail(path, n=3):
+    lines = [l.strip() for l in read(path).splitlines() if l.strip()]
+    errs = [l for l in lines if "Fatal:" in l] or \
+        [l for l in lines if re.search(r"[Ee]rror|[Ff]ailed|refused", l)]
+    if errs:
+        lines = errs
+    return " | ".join(lines[-n:])[:300]
+
+
+run = json.loads(read(os.path.join(out, "run.json")) or "{}")
+runs = []
+for line in read(os.path.join(raw, "runs.tsv")).splitlines():
+    p = line.split("\t")
+    if len(p) == 4:
+        runs.append({"id": p[0], "rc": int(p[1]), "file": p[2], "cmd": p[3]})
+
+records = []  # flat: source, test, size, metric, value, unit
+
+
+def add(source, test, size, metric, value, unit, **extra):
+    r = {"source": source, "test": test, "size": size, "metric": metric,
+         "value": value, "unit": unit}
+    r.update(extra)
+    records.append(r)
+
+
+# ---- perftest -----------------------------------------------------------------
+NUM = r"([0-9.]+|inf|-?nan)"
+perftest_settings = {}
+for r in runs:
+    m = re.match(r"perftest-(ib_\w+)-(\d+)$", r["id"])
+    if not m:
+        continue
+    tool, size = m.group(1), int(m.group(2))
+    text = read(r["file"])
+    inl = re.search(r"Max inline data\s*:\s*(\d+)", text)
+    if inl:
+        perftest_settings.setdefault(tool, {})["max_inline"] = int(inl.group(1))
+    if tool.endswith("_lat"):
+        m2 = re.search(r"^\s*(\d+)\s+(\d+)\s+" + r"\s+".join([NUM] * 7) + r"\s*$",
+                       text, re.M)
+        if m2 and m2.group(5) not in ("inf", "-nan", "nan"):
+            v = [float(x) for x in m2.groups()[2:]]
+            # send/write latency is RTT/2: t_typical = median of RTT/2
+            add("perftest", tool, size, "t_typical_us", v[2], "us", rtt_p50_us=2 * v[2],
+                t_min_us=v[0], t_avg_us=v[3], p99_us=v[5], p999_us=v[6],
+                rtt_p99_us=2 * v[5], rtt_p999_us=2 * v[6], iters=int(m2.group(2)))
+            r["ok"] = True
+    else:
+        m2 = re.search(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", text, re.M)
+        if m2:
+            add("perftest", tool, size, "bw_avg_mib_s", float(m2.group(4)), "MiB/s",
+                bw_peak_mib_s=float(m2.group(3)), msg_rate_mpps=float(m2.group(5)),
+                iters=int(m2.group(2)))
+            r["ok"] = True
+
+# ---- rstream ------------------------------------------------------------------
+for r in runs:
+    if r["id"] != "rstream":
+        continue
+    for line in read(r["file"]).splitlines():
+        t = line.split()
+        if len(t) >= 8 and re.match(r"^(\d+[kmg]?_(lat|bw)|custom)$", t[0]):
+            m3 = re.match(r"^(\d+)([kmg]?)$", t[1])
+            if not m3:
+                continue
+            size = int(m3.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m3.group(2)]
+            try:
+                add("rstream", "rstream_" + (t[0].split("_")[1] if "_" in t[0] else t[0]),
+                    size, "usec_per_xfer",
+                    float(t[-1]), "us", gbit_s=float(t[-2]), name=t[0])
+                r["ok"] = True
+            except ValueError:
+                pass
+
+# ---- UCX ----------------------------------------------------------------------
+for r in runs:
+    m = re.match(r"ucx-(\w+)-(\d+)$", r["id"])
+    if not m or r["rc"] != 0:
+        continue
+    text = read(r["file"])
+    # final row: "Final: iters  lat50 lat_avg lat_overall  bw_avg bw_overall  rate_avg rate_overall"
+    f = re.search(r"Final:\s+(\d+)\s+" + r"\s+".join([r"([0-9.]+)"] * 7), text)
+    if f:
+        v = [float(x) for x in f.groups()[1:]]
+        add("ucx", "ucx_" + m.group(1), int(m.group(2)), "lat50_us" if "lat" in m.group(1)
+            else "bw_avg_mib_s", v[0] if "lat" in m.group(1) else v[3],
+            "us" if "lat" in m.group(1) else "MiB/s", lat_avg_us=v[1], bw_avg_mib_s=v[3])
+        r["ok"] = True
+
+# ---- zcrpc --------------------------------------------------------------------
+zc = {}
+zlat = {}
+for r in runs:
+    if not r["id"].startswith("zcrpc-"):
+        continue
+    for line in read(os.path.join(raw, r["id"] + ".jsonl")).splitlines():
+        try:
+            j = json.loads(line)
+        except ValueError:
+            continue
+        b = j.get("bench", "")
+        if b.endswith("_lat"):
+            zlat.setdefault((b, j["size"]), []).append(dict(j, run=r["id"]))
+        elif b.endswith("_bw"):
+            add("zcrpc", b, j["size"], "mib_s", j["mib_s"], "MiB/s", depth=j["depth"],
+                iters=j["iters"])
+        elif b == "zcrpc_rpc_tput":
+            add("zcrpc", b, j["size"], "calls_per_s", j["calls_per_s"], "calls/s",
+                conns=j["conns"], depth=j["depth"])
+        elif b.endswith("_stats"):
+            zc[b + ":" + j.get("mode", "")] = j
+            continue
+        else:
+            continue
+        r["ok"] = True
+
+# Several runs per latency test: keep the one with the median p50, list all.
+for (b, size), lst in sorted(zlat.items()):
+    lst.sort(key=lambda j: j["rtt_p50_us"])
+    j = lst[(len(lst) - 1) // 2]
+    add("zcrpc", b, size, "rtt_p50_us", j["rtt_p50_us"], "us", rtt_p99_us=j["rtt_p99_us"],
+        rtt_p999_us=j["rtt_p999_us"], iters=j["iters"], run=j["run"],
+        runs_p50_us=[x["rtt_p50_us"] for x in lst])
+
+# ---- callgrind ----------------------------------------------------------------
+cpu = None
+cg = os.path.join(raw, "callgrind.out")
+cg_run = next((r for r in runs if r["id"] == "callgrind"), None)
+if os.path.exists(cg) and cg_run and cg_run["rc"] == 0:
+    calls = 0
+    for line in read(os.path.join(raw, "callgrind.jsonl")).splitlines():
+        try:
+            calls = json.loads(line).get("calls", calls)
+        except ValueError:
+            pass
+    try:
+        ann = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", "--auto=no", cg],
+                             capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        ann = ""
+        print("report: callgrind_annotate:", e, file=sys.stderr)
+    with open(os.path.join(out, "callgrind-annotate.txt"), "w") as f:
+        f.write(ann)
+    groups = {"zcrpc": 0, "verbs": 0, "libc": 0, "kernel_syscalls": 0, "other": 0}
+    total = 0
+    for line in ann.splitlines():
+        m = re.match(r"^\s*([0-9,]+)\s+(?:\([ 0-9.]+%\)\s+)?(\S.*?)\s*(?:\[(.*)\])?\s*$", line)
+        if not m or ":" not in m.group(2) or not m.group(3):
+            continue
+        n = int(m.group(1).replace(",", ""))
+        obj = (m.group(3) or "") + " " + m.group(2)
+        if "libzcrpc" in obj or "/src/transport/" in obj or "/src/rpc/" in obj or "/src/core/" in obj:
+            groups["zcrpc"] += n
+        elif "ibverbs" in obj or "librxe" in obj or "rdmacm" in obj:
+            groups["verbs"] += n
+        elif "libc.so" in obj or "ld-linux" in obj or "libc" in obj:
+            groups["libc"] += n
+        else:
+            groups["other"] += n
+        total += n
+    if calls and total:
+        cpu = {"calls": calls, "poll": "sleeping progress(w, -1) (no idle spin counted)",
+               "payload": 16, "total_ir_per_call": round(total / calls)}
+        for k, v in groups.items():
+            if v:
+                cpu[k + "_ir_per_call"] = round(v / calls)
+        cg_run["ok"] = True
+
+# ---- references that did not produce numbers ----------------------------------
+failures = []
+for r in runs:
+    if not r.get("ok"):
+        failures.append({"id": r["id"], "exit": r["rc"], "command": r["cmd"],
+                         "error": tail(r["file"]) or "(no output)"})
+failures.append({"id": "grpc", "exit": None, "command": "-",
+                 "error": "skipped: gRPC is not installed on the build machine and not "
+                          "part of the project's dependencies (TCP only anyway)"})
+
+
+def get(source, test, size, metric=None):
+    for r in records:
+        if r["source"] == source and r["test"] == test and int(r["size"]) == size and \
+                (metric is None or r["metric"] == metric):
+            return r
+    return None
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
+lat_rows = []
+for s in LAT_SIZES:
+    ref = get("perftest", "ib_send_lat", s)
+    wref = get("perftest", "ib_write_lat", s)
+    t = get("zcrpc", "zcrpc_transport_lat", s)
+    c = get("zcrpc", "zcrpc_rpc_lat", s)
+    ref_rtt = ref["rtt_p50_us"] if ref else None
+    lat_rows.append({
+        "size": s,
+        "perftest_send_rtt_us": ref_rtt,
+        "perftest_write_rtt_us": wref["rtt_p50_us"] if wref else None,
+        "transport_p50_us": t["value"] if t else None,
+        "transport_p99_us": t["rtt_p99_us"] if t else None,
+        "transport_p999_us": t["rtt_p999_us"] if t else None,
+        "rpc_p50_us": c["value"] if c else None,
+        "rpc_p99_us": c["rtt_p99_us"] if c else None,
+        "rpc_p999_us": c["rtt_p999_us"] if c else None,
+        "transport_ratio": ratio(t["value"] if t else None, ref_rtt),
+        "rpc_ratio": ratio(c["value"] if c else None, ref_rtt),
+    })
+
+bw_sizes = sorted({int(r["size"]) for r in records if r["test"] in
+                   ("ib_write_bw", "ib_send_bw", "zcrpc_transport_write_bw", "zcrpc_rpc_attach_bw")})
+bw_rows = []
+for s in bw_sizes:
+    w = get("perftest", "ib_write_bw", s)
+    sb = get("perftest", "ib_send_bw", s)
+    t = get("zcrpc", "zcrpc_transport_write_bw", s)
+    c = get("zcrpc", "zcrpc_rpc_attach_bw", s)
+    wv = w["value"] if w else None
+    bw_rows.append({
+        "size": s, "ib_write_bw": wv, "ib_send_bw": sb["value"] if sb else None,
+        "transport_write": t["value"] if t else None, "rpc_attachment": c["value"] if c else None,
+        "transport_ratio": ratio(t["value"] if t else None, wv),
+        "rpc_ratio": ratio(c["value"] if c else None, wv)})
+
+tput_rows = [{"conns": r["conns"], "depth": r["depth"], "size": r["size"],
+              "calls_per_s": r["value"]} for r in records if r["test"] == "zcrpc_rpc_tput"]
+
+results = {"run": run, "records": records, "latency": lat_rows, "bandwidth": bw_rows,
+           "throughput": tput_rows, "cpu": cpu, "perftest_settings": perftest_settings,
+           "zcrpc_stats": zc, "not_run": failures, "runs": runs}
+with open(os.path.join(out, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+    keys = ["source", "test", "size", "metric", "value", "unit"]
+    wr = csv.writer(f)
+    wr.writerow(keys + ["extra"])
+    for r in records:
+        wr.writerow([r[k] for k in keys] +
+                    [json.dumps({k: v for k, v in r.items() if k not in keys})])
+
+
+def fmt(v, nd=1):
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def hsize(s):
+    s = int(s)
+    if s >= 1 << 20 and s % (1 << 20) == 0:
+        return f"{s >> 20} MiB"
+    if s >= 1024 and s % 1024 == 0:
+        return f"{s >> 10} KiB"
+    return f"{s} B"
+
+
+md = []
+md.append(f"Run {run.get('date', '?')} ({'quick' if run.get('quick') else 'full'}), "
+          f"commit {run.get('commit', '?')}, {run.get('machine', '?')}; other QEMU guests "
+          f"running: {run.get('other_guests_before', '?')} at start, "
+          f"{run.get('other_guests_after', '?')} at end.")
+md.append("")
+md.append("Latency: round trip (RTT) in µs, one message each way, one in flight, busy-poll. "
+          "Reference = 2 × ib_send_lat t_typical (perftest reports RTT/2).")
+md.append("")
+md.append("| size | 2×ib_send_lat | 2×ib_write_lat | transport p50 / p99 / p99.9 | ratio | "
+          "RPC p50 / p99 / p99.9 | ratio |")
+md.append("|---:|---:|---:|---:|---:|---:|---:|")
+for r in lat_rows:
+    md.append(f"| {hsize(r['size'])} | {fmt(r['perftest_send_rtt_us'])} | "
+              f"{fmt(r['perftest_write_rtt_us'])} | {fmt(r['transport_p50_us'])} / "
+              f"{fmt(r['transport_p99_us'])} / {fmt(r['transport_p999_us'])} | "
+              f"{fmt(r['transport_ratio'], 2)} | {fmt(r['rpc_p50_us'])} / {fmt(r['rpc_p99_us'])}"
+              f" / {fmt(r['rpc_p999_us'])} | {fmt(r['rpc_ratio'], 2)} |")
+md.append("")
+multi = [r for r in records if r["source"] == "zcrpc" and len(r.get("runs_p50_us", [])) > 1]
+if multi:
+    md.append("zcrpc latency runs (p50 of each process run; the median run is shown above): " +
+              "; ".join(f"{r['test'].replace('zcrpc_', '').replace('_lat', '')} {hsize(r['size'])}: "
+                        + ", ".join(fmt(x) for x in r["runs_p50_us"]) for r in multi) + ".")
+    md.append("")
+md.append("Bandwidth in MiB/s (perftest's MB/sec are MiB/s). Ratio = zcrpc / ib_write_bw "
+          "(perftest stops at 8 MiB, its MAX_SIZE).")
+md.append("")
+md.append("| size | ib_write_bw | ib_send_bw | zcrpc_conn_write | ratio | RPC attachment | ratio |")
+md.append("|---:|---:|---:|---:|---:|---:|---:|")
+for r in bw_rows:
+    md.append(f"| {hsize(r['size'])} | {fmt(r['ib_write_bw'])} | {fmt(r['ib_send_bw'])} | "
+              f"{fmt(r['transport_write'])} | {fmt(r['transport_ratio'], 2)} | "
+              f"{fmt(r['rpc_attachment'])} | {fmt(r['rpc_ratio'], 2)} |")
+md.append("")
+if tput_rows:
+    md.append("RPC throughput (16 B echo, 64 calls in flight per connection, one client thread):"
+              " " + "; ".join(f"{r['conns']} conn: {r['calls_per_s']:.0f} calls/s"
+                              for r in tput_rows) + ".")
+    md.append("")
+if cpu:
+    md.append(f"CPU (callgrind, client side, {cpu['calls']} calls of 16 B, sleeping progress): "
+              f"{cpu.get('zcrpc_ir_per_call', 0)} instructions per call in zcrpc's code, "
+              f"{cpu.get('verbs_ir_per_call', 0)} in libibverbs/rxe provider, "
+              f"{cpu.get('libc_ir_per_call', 0)} in libc, {cpu['total_ir_per_call']} in all "
+              "(user space only).")
+    md.append("")
+others = [r for r in records if r["source"] in ("rstream", "ucx")]
+if others:
+    md.append("Peers: " + "; ".join(
+        f"{r['test']} {r.get('name', '')} {hsize(r['size'])}: {fmt(r['value'], 2)} {r['unit']}"
+        + (f" ({r['gbit_s']} Gb/s)" if 'gbit_s' in r else "")
+        for r in others) + ".")
+    md.append("")
+if perftest_settings:
+    md.append("perftest settings: `-R -d rxe0 -F`, busy polling (its default), RC; max inline "
+              "as reported: " + ", ".join(f"{k} {v.get('max_inline')} B"
+                                         for k, v in sorted(perftest_settings.items())) +
+              ". zcrpc: busy poll, 220 B inline requested (granted "
+              f"{zc.get('zcrpc_transport_stats:lat', {}).get('max_inline', '?')} B), "
+              "max_msg 8192.")
+    md.append("")
+md.append("Did not run / no numbers:")
+md.append("")
+for fl in failures:
+    md.append(f"- `{fl['id']}` (exit {fl['exit']}): `{fl['command']}` — {fl['error']}")
+md.append("")
+md.append("Plots: ![latency](latency.png) ![bandwidth](bandwidth.png)")
+with open(os.path.join(out, "results.md"), "w") as f:
+    f.write("\n".join(md) + "\n")
+
+# ---- plots --------------------------------------------------------------------
+def series(path, rows):
+    with open(path, "w") as f:
+        for x, y in rows:
+            if y is not None:
+                f.write(f"{x} {y}\n")
+
+
+pd = os.path.join(out, "plotdata")
+os.makedirs(pd, exist_ok=True)
+series(f"{pd}/lat_send.dat", [(r["size"], r["perftest_send_rtt_us"]) for r in lat_rows])
+series(f"{pd}/lat_write.dat", [(r["size"], r["perftest_write_rtt_us"]) for r in lat_rows])
+series(f"{pd}/lat_transport.dat", [(r["size"], r["transport_p50_us"]) for r in lat_rows])
+series(f"{pd}/lat_rpc.dat", [(r["size"], r["rpc_p50_us"]) for r in lat_rows])
+series(f"{pd}/bw_write.dat", [(r["size"], r["ib_write_bw"]) for r in bw_rows])
+series(f"{pd}/bw_send.dat", [(r["size"], r["ib_send_bw"]) for r in bw_rows])
+series(f"{pd}/bw_transport.dat", [(r["size"], r["transport_write"]) for r in bw_rows])
+series(f"{pd}/bw_rpc.dat", [(r["size"], r["rpc_attachment"]) for r in bw_rows])
+def xtics(sizes):
+    return "set xtics (" + ", ".join(f'"{hsize(x).replace(" ", "")}" {x}' for x in sizes) + ")"
+
+
+gp = f"""
+set terminal pngcairo size 900,560 enhanced font 'Sans,10'
+set logscale x 2
+set grid
+set key top left
+set offsets graph 0.05, graph 0.05, 0, 0
+{xtics(LAT_SIZES)}
+set output '{out}/latency.png'
+set title 'Round trip (p50) vs message size: zcrpc and 2 x perftest t\\_typical (rxe, QEMU TCG)'
+set xlabel 'message size'
+set ylabel 'RTT [us] (log scale)'
+set logscale y
+plot '{pd}/lat_send.dat' w lp t '2 x ib\\_send\\_lat', '{pd}/lat_write.dat' w lp t '2 x ib\\_write\\_lat', \\
+     '{pd}/lat_transport.dat' w lp t 'zcrpc transport', '{pd}/lat_rpc.dat' w lp t 'zcrpc RPC'
+{xtics(bw_sizes or [4096])}
+set output '{out}/bandwidth.png'
+set title 'Bandwidth vs payload size (rxe, QEMU TCG)'
+set xlabel 'payload size'
+set ylabel 'MiB/s'
+unset logscale y
+set yrange [0:*]
+plot '{pd}/bw_write.dat' w lp t 'ib\\_write\\_bw', '{pd}/bw_send.dat' w lp t 'ib\\_send\\_bw', \\
+     '{pd}/bw_transport.dat' w lp t 'zcrpc\\_conn\\_write', '{pd}/bw_rpc.dat' w lp t 'zcrpc RPC attachment'
+"""
+with open(os.path.join(pd, "plots.gp"), "w") as f:
+    f.write(gp)
+p = subprocess.run(["gnuplot", os.path.join(pd, "plots.gp")], capture_output=True, text=True)
+if p.returncode != 0:
+    print("report: gnuplot failed:", p.stderr.strip()[-500:], file=sys.stderr)
+
+print("\n".join(md))
+have_perftest = any(r["source"] == "perftest" for r in records)
+have_zcrpc = any(r["source"] == "zcrpc" for r in records)
+if not have_perftest or not have_zcrpc:
+    print(f"report: PROBLEM: numbers from perftest: {have_perftest}, from zcrpc: {have_zcrpc}",
+          file=sys.stderr)
+    sys.exit(1)
