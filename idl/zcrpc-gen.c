@@ -398,6 +398,70 @@ static int write_file(const char *path, const struct str *s)
 	return 0;
 }
 
+/* Refuses, with file:line, methods whose generated C names would clash:
+ * two methods mapping to the same lower-case or CamelCase name (FooBar and
+ * foo_bar), a method X__call/X__async next to a method X (protoc-c's own
+ * client function for one is zcrpc-gen's stub for the other), and a method
+ * named like the registration helper. Returns the number of clashes. */
+static int check_names(const FileProto *fp)
+{
+	int bad = 0;
+
+	for (size_t si = 0; si < fp->n_service; si++) {
+		const ServiceProto *sp = fp->service[si];
+
+		for (size_t a = 0; a < sp->n_method; a++) {
+			char *la = camel(sp->method[a]->name, LOWER);
+			struct str ca = {0};
+			const char *why = NULL;
+			size_t other = 0;
+
+			to_camel(&ca, sp->method[a]->name, strlen(sp->method[a]->name));
+			if (strcmp(la, "zcrpc_register") == 0)
+				why = "the service's registration helper";
+			for (size_t b = 0; b < sp->n_method && !why; b++) {
+				char *lb;
+				struct str cb = {0};
+				size_t n;
+
+				if (b == a)
+					continue;
+				lb = camel(sp->method[b]->name, LOWER);
+				to_camel(&cb, sp->method[b]->name, strlen(sp->method[b]->name));
+				n = strlen(lb);
+				if ((b < a && (strcmp(la, lb) == 0 || strcmp(ca.p, cb.p) == 0)) ||
+				    (strncmp(la, lb, n) == 0 &&
+				     (strcmp(la + n, "__call") == 0 || strcmp(la + n, "__async") == 0))) {
+					why = "another method";
+					other = b;
+				}
+				free(lb);
+				free(cb.p);
+			}
+			if (why) {
+				int line = method_line(fp, si, a);
+
+				if (line)
+					fprintf(stderr, "%s:%d: ", fp->name, line);
+				else
+					fprintf(stderr, "%s: ", fp->name);
+				if (other || strcmp(why, "another method") == 0)
+					fprintf(stderr, "method %s clashes with method %s in the generated C names\n",
+						sp->method[a]->name, sp->method[other]->name);
+				else
+					fprintf(stderr, "method %s clashes with %s in the generated C names\n",
+						sp->method[a]->name, why);
+				bad++;
+			}
+			free(la);
+			free(ca.p);
+		}
+	}
+	if (bad)
+		fprintf(stderr, "zcrpc-gen: rename the methods; no stubs written\n");
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	Google__Protobuf__FileDescriptorSet *set;
@@ -447,6 +511,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "zcrpc-gen: zcrpc calls are unary; no stubs written\n");
 		return 1;
 	}
+	if (check_names(fp))
+		return 1;
 	sputs(&stem, fp->name);
 	if (stem.len > 6 && strcmp(stem.p + stem.len - 6, ".proto") == 0)
 		stem.p[stem.len -= 6] = '\0';
