@@ -284,83 +284,56 @@ static void kv_scan(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__ScanRequest *in
 	free(ptrs);
 }
 
-/* ---- Get: a plain zcrpc handler ------------------------------------------- */
+/* ---- Get ---------------------------------------------------------------- */
 
-/*
- * The protobuf-c server glue answers with a packed message only; it has no
- * way to give its reply an attachment yet. So Get, whose large values go
- * back as the reply attachment, is served by a plain zcrpc handler that
- * does what the glue would: unpack the GetRequest with protoc-c's code,
- * pack the GetReply, and reply with the value in place. The client side
- * is unaffected: it calls Get with the generated typed stubs.
- */
 static void get_sent(void *ctx, zcrpc_status st)
 {
 	(void)st;
 	value_unref(ctx);
 }
 
-static void get_handler(zcrpc_server_call *call, const zcrpc_request *r, void *arg)
+/* A large value goes back in place, as the reply's attachment: the value
+ * stays referenced until get_sent says the attachment left. */
+static void kv_get(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__GetRequest *in,
+		   Zcrpc__Kv__GetReply_Closure closure, void *closure_data)
 {
-	struct store *s = arg;
-	Zcrpc__Kv__GetRequest *in;
+	struct store *s = &g_store;
 	Zcrpc__Kv__GetReply out = ZCRPC__KV__GET_REPLY__INIT;
-	zcrpc_reply_opts ro;
-	zcrpc_bulk att;
-	uint8_t buf[KV_INLINE_MAX + 64];
 	struct value *v = NULL;
 	const char *err;
-	size_t i, len;
+	size_t i;
 
-	in = zcrpc__kv__get_request__unpack(NULL, r->len, r->data);
-	if (!in) {
-		zcrpc_call_reply(call, ZCRPC_INTERNAL, "request does not unpack as zcrpc.kv.GetRequest",
-				 NULL, 0, NULL);
-		return;
-	}
+	(void)svc;
 	if ((err = check_key(&in->key))) {
-		zcrpc__kv__get_request__free_unpacked(in, NULL);
-		zcrpc_call_reply(call, ZCRPC_INVALID_ARGUMENT, err, NULL, 0, NULL);
+		fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INVALID_ARGUMENT, err);
 		return;
 	}
 	i = lower_bound(s, in->key.data, in->key.len);
 	if (found_at(s, i, in->key.data, in->key.len))
 		v = s->e[i].v;
-	zcrpc__kv__get_request__free_unpacked(in, NULL);
 	s->gets++;
-	memset(&ro, 0, sizeof(ro));
-	ro.size = sizeof(ro);
 	if (v) {
 		out.found = 1;
 		out.value_len = v->len;
 		s->bytes_out += v->len;
 		if (v->mr) {
+			zcrpc_bulk att = {v->mr, 0, v->len};
+
 			out.value_in_attachment = 1;
-			att.mr = v->mr;
-			att.offset = 0;
-			att.len = v->len;
-			ro.attachment = &att;
-			ro.on_done = get_sent; /* keeps the value until it left */
-			ro.ctx = v;
 			v->refs++;
+			if (zcrpc_pb_set_reply_attachment(closure_data, &att, get_sent, v) !=
+			    ZCRPC_OK) {
+				v->refs--;
+				fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INTERNAL,
+				     "cannot attach the value");
+				return;
+			}
 		} else {
 			out.value.data = v->data;
 			out.value.len = v->len;
 		}
 	}
-	len = zcrpc__kv__get_reply__pack(&out, buf);
-	/* on_done runs whatever becomes of the reply, releasing the value */
-	zcrpc_call_reply(call, ZCRPC_OK, NULL, buf, len, &ro);
-}
-
-/* Never called (get_handler holds the method's id); the generated helper
- * wants every handler set. */
-static void kv_get(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__GetRequest *in,
-			  Zcrpc__Kv__GetReply_Closure closure, void *closure_data)
-{
-	(void)svc;
-	(void)in;
-	fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INTERNAL, "not served here");
+	closure(&out, closure_data);
 }
 
 static Zcrpc__Kv__Kv_Service kv_impl = ZCRPC__KV__KV__INIT(kv_);
@@ -392,16 +365,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	g_store.ctx = zcrpc_worker_context(w);
-	/* Get first, as a plain handler (see get_handler). The helper then
-	 * registers Put, Delete and Scan and stops at Get, the last method of
-	 * the service, with ALREADY_EXISTS: the methods before it stay
-	 * registered (pb.h). */
-	st = zcrpc_server_register(s, ZCRPC__KV__KV__GET__ZCRPC_NAME, get_handler, &g_store);
-	if (st == ZCRPC_OK) {
-		st = zcrpc__kv__kv__zcrpc_register(s, &kv_impl);
-		if (st == ZCRPC_ALREADY_EXISTS)
-			st = ZCRPC_OK;
-	}
+	st = zcrpc__kv__kv__zcrpc_register(s, &kv_impl);
 	if (st != ZCRPC_OK || (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
 		fprintf(stderr, "kv server: %s\n", zcrpc_status_str(st));
 		goto out;
