@@ -273,7 +273,8 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 					 "peer closed the connection");
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "RDMA device removed");
+		/* Everything on the device goes, this connection first. */
+		zcrpc__device_removed(c->w, c->id ? c->id->verbs : NULL);
 		break;
 	default: /* TIMEWAIT_EXIT, ADDR_CHANGE: nothing to do */
 		break;

@@ -19,10 +19,16 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 	if (!ctx)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	atomic_init(&ctx->refs, 1);
+	atomic_init(&ctx->removed_gen, 0);
+	if (pthread_mutex_init(&ctx->lock, NULL)) {
+		free(ctx);
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
 	ctx->list = rdma_get_devices(&n);
 	if (!ctx->list || n <= 0) {
 		if (ctx->list)
 			rdma_free_devices(ctx->list);
+		pthread_mutex_destroy(&ctx->lock);
 		free(ctx);
 		return ZCRPC_UNAVAILABLE; /* no RDMA device, or rdma_ucm missing */
 	}
@@ -43,9 +49,11 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 	}
 	if (!ctx->ndev) {
 		rdma_free_devices(ctx->list);
+		pthread_mutex_destroy(&ctx->lock);
 		free(ctx);
 		return ZCRPC_UNAVAILABLE;
 	}
+	zcrpc__context_watch_devices(ctx);
 	*out = ctx;
 	return ZCRPC_OK;
 }
@@ -61,9 +69,13 @@ void zcrpc__context_unref(zcrpc_context *ctx)
 
 	if (!ctx || atomic_fetch_sub(&ctx->refs, 1) != 1)
 		return;
+	zcrpc__context_unwatch(ctx);
 	for (i = 0; i < ctx->ndev; i++)
-		ibv_dealloc_pd(ctx->dev[i].pd);
-	rdma_free_devices(ctx->list);
+		if (ctx->dev[i].pd)
+			ibv_dealloc_pd(ctx->dev[i].pd);
+	if (ctx->list)
+		rdma_free_devices(ctx->list);
+	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }
 
@@ -78,27 +90,34 @@ int zcrpc__context_dev_index(const zcrpc_context *ctx,
 	int i;
 
 	for (i = 0; i < ctx->ndev; i++)
-		if (ctx->dev[i].verbs == verbs)
+		if (ctx->dev[i].verbs && ctx->dev[i].verbs == verbs)
 			return i;
 	return -1;
 }
 
-/* Registers [addr, addr+len) on every device of the context. */
+/* Registers [addr, addr+len) on every device of the context that is
+ * still there (a removed device's entry stays NULL). */
 int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
 		       struct ibv_mr **mrs)
 {
-	int i, err;
+	int i, err = 0;
 
+	pthread_mutex_lock(&ctx->lock);
 	for (i = 0; i < ctx->ndev; i++) {
+		mrs[i] = NULL;
+		if (!ctx->dev[i].pd)
+			continue;
 		mrs[i] = ibv_reg_mr(ctx->dev[i].pd, addr, len, access);
 		if (!mrs[i]) {
 			err = errno ? errno : ENOMEM;
 			while (i-- > 0)
-				ibv_dereg_mr(mrs[i]);
-			return err;
+				if (mrs[i])
+					ibv_dereg_mr(mrs[i]);
+			break;
 		}
 	}
-	return 0;
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
 }
 
 /* The pool's registrar: local access on every device. */
@@ -117,7 +136,7 @@ static int pool_reg(void *c, void *addr, size_t len, void **handle,
 		return err;
 	}
 	for (i = 0; i < ctx->ndev; i++)
-		lkeys[i] = mrs[i]->lkey;
+		lkeys[i] = mrs[i] ? mrs[i]->lkey : 0;
 	*handle = mrs;
 	return 0;
 }
@@ -129,13 +148,25 @@ static void pool_dereg(void *c, void *handle)
 	int i;
 
 	for (i = 0; i < ctx->ndev; i++)
-		ibv_dereg_mr(mrs[i]);
+		if (mrs[i])
+			ibv_dereg_mr(mrs[i]);
 	free(mrs);
+}
+
+static void pool_drop(void *c, void *handle, int dev_idx)
+{
+	struct ibv_mr **mrs = handle;
+
+	(void)c;
+	if (mrs[dev_idx]) {
+		ibv_dereg_mr(mrs[dev_idx]);
+		mrs[dev_idx] = NULL;
+	}
 }
 
 struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx)
 {
-	struct zcrpc__registrar r = {pool_reg, pool_dereg, ctx};
+	struct zcrpc__registrar r = {pool_reg, pool_dereg, ctx, pool_drop};
 
 	return r;
 }
@@ -164,6 +195,12 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 	mr->addr = addr;
 	mr->len = len;
 	mr->flags = flags;
+	pthread_mutex_lock(&ctx->lock);
+	mr->next = ctx->mrs;
+	if (ctx->mrs)
+		ctx->mrs->prev = mr;
+	ctx->mrs = mr;
+	pthread_mutex_unlock(&ctx->lock);
 	*out = mr;
 	return ZCRPC_OK;
 }
@@ -174,8 +211,17 @@ void zcrpc_mr_deregister(zcrpc_mr *mr)
 
 	if (!mr)
 		return;
+	pthread_mutex_lock(&mr->ctx->lock);
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		mr->ctx->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
 	for (i = 0; i < mr->ctx->ndev; i++)
-		ibv_dereg_mr(mr->mrs[i]);
+		if (mr->mrs[i])
+			ibv_dereg_mr(mr->mrs[i]);
+	pthread_mutex_unlock(&mr->ctx->lock);
 	zcrpc__context_unref(mr->ctx);
 	free(mr);
 }
@@ -193,6 +239,8 @@ zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr, const zcrpc_conn *conn,
 		return ZCRPC_FAILED_PRECONDITION;
 	if (mr->ctx != conn->w->ctx)
 		return ZCRPC_INVALID_ARGUMENT;
+	if (!mr->mrs[conn->dev->idx])
+		return ZCRPC_FAILED_PRECONDITION; /* registered after a removal */
 	out->addr = (uint64_t)(uintptr_t)((uint8_t *)mr->addr + offset);
 	out->len = len;
 	out->rkey = mr->mrs[conn->dev->idx]->rkey;

@@ -54,7 +54,7 @@ void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev)
 	void *ctx;
 
 	(void)w;
-	while (ibv_get_cq_event(dev->comp_ch, &cq, &ctx) == 0) {
+	while (dev->comp_ch && ibv_get_cq_event(dev->comp_ch, &cq, &ctx) == 0) {
 		zcrpc_conn *c = ctx;
 
 		c->cq_unacked++;
@@ -68,17 +68,23 @@ void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev)
 	}
 }
 
+void zcrpc__device_close(zcrpc_worker *w, int idx)
+{
+	struct zcrpc__device *d = &w->dev[idx];
+
+	if (!d->comp_ch)
+		return;
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, d->comp_ch->fd, NULL);
+	if (ibv_destroy_comp_channel(d->comp_ch))
+		zcrpc__worker_seterr(w, "completion channel of device %d still in use",
+				     idx);
+	d->comp_ch = NULL;
+}
+
 void zcrpc__device_close_all(zcrpc_worker *w)
 {
 	int i;
 
-	for (i = 0; i < ZCRPC_MAX_DEVICES; i++) {
-		struct zcrpc__device *d = &w->dev[i];
-
-		if (!d->comp_ch)
-			continue;
-		epoll_ctl(w->epfd, EPOLL_CTL_DEL, d->comp_ch->fd, NULL);
-		ibv_destroy_comp_channel(d->comp_ch);
-		d->comp_ch = NULL;
-	}
+	for (i = 0; i < ZCRPC_MAX_DEVICES; i++)
+		zcrpc__device_close(w, i);
 }

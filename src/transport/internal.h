@@ -17,8 +17,11 @@
 /* ---- context.c: devices shared by workers ---------------------------- */
 
 struct zcrpc__ctx_dev {
-	struct ibv_context *verbs; /* owned by librdmacm */
-	struct ibv_pd *pd;
+	struct ibv_context *verbs; /* owned by librdmacm; NULL once removed */
+	struct ibv_pd *pd;	   /* NULL once removed */
+	int removed;		   /* DEVICE_REMOVAL seen (under ctx->lock) */
+	int sweeps_left;	   /* workers that still hold objects on it */
+	struct rdma_cm_id *watch;  /* bound to the device: hears its removal */
 	struct ibv_device_attr attr;
 	uint32_t max_msg_sz; /* of port 1 */
 };
@@ -28,6 +31,13 @@ struct zcrpc_context {
 	int ndev;
 	struct zcrpc__ctx_dev dev[ZCRPC_MAX_DEVICES];
 	struct ibv_context **list; /* rdma_get_devices() */
+	/* Under lock: registration on the devices, the user MRs, the
+	 * workers using the context, device removal (removal.c). */
+	pthread_mutex_t lock;
+	zcrpc_mr *mrs;		/* user registrations */
+	zcrpc_worker *workers;	/* registered workers */
+	atomic_uint removed_gen; /* bumped on each device removal */
+	struct rdma_event_channel *watch_ch; /* the watch ids' (non-blocking) */
 };
 
 struct zcrpc_mr {
@@ -36,6 +46,7 @@ struct zcrpc_mr {
 	size_t len;
 	unsigned flags;
 	struct ibv_mr *mrs[ZCRPC_MAX_DEVICES]; /* per context device */
+	zcrpc_mr *next, *prev;		       /* ctx->mrs */
 };
 
 void zcrpc__context_ref(zcrpc_context *ctx);
@@ -46,6 +57,23 @@ int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
 		       struct ibv_mr **mrs);
 struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx);
 
+/* removal.c: RDMA_CM_EVENT_DEVICE_REMOVAL. The worker that sees it marks
+ * the device removed in the context and wakes every worker of the context;
+ * each releases what it holds on the device (connections, listeners, its
+ * completion channel, its pool's registrations); the last one releases the
+ * context's own objects (user MRs, PD) and refreshes librdmacm's device
+ * list, which lets the kernel finish the removal (`rdma link delete`). */
+void zcrpc__device_removed(zcrpc_worker *w, struct ibv_context *verbs);
+void zcrpc__worker_sweep_removed(zcrpc_worker *w);
+void zcrpc__context_add_worker(zcrpc_context *ctx, zcrpc_worker *w);
+void zcrpc__context_remove_worker(zcrpc_context *ctx, zcrpc_worker *w);
+/* One id bound to an address of each device on a channel every worker
+ * polls, so a removal is heard even by a context with no connection on
+ * the device (its PD and pools would otherwise keep it). */
+void zcrpc__context_watch_devices(zcrpc_context *ctx);
+void zcrpc__context_unwatch(zcrpc_context *ctx);
+void zcrpc__worker_on_watch(zcrpc_worker *w);
+
 /* ---- worker.c ----------------------------------------------------------- */
 
 /* What an epoll registration points at. */
@@ -55,6 +83,7 @@ enum zcrpc__src_kind {
 	ZCRPC_SRC_LISTENER, /* a listener's (synchronous) CM channel */
 	ZCRPC_SRC_TIMER,    /* the worker's timerfd */
 	ZCRPC_SRC_EVENT,    /* the worker's eventfd (setup threads, posts) */
+	ZCRPC_SRC_WATCH,    /* the context's device-watch CM channel */
 };
 
 struct zcrpc__src {
@@ -100,7 +129,7 @@ struct zcrpc_worker {
 	uint32_t msg_slot_size; /* header + max_msg, rounded to 64 */
 	int epfd, timerfd, evfd;
 	struct rdma_event_channel *cm_ch;
-	struct zcrpc__src cm_src, timer_src, ev_src;
+	struct zcrpc__src cm_src, timer_src, ev_src, watch_src;
 	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
 	zcrpc_conn *conns;
 	zcrpc_listener *listeners;
@@ -119,6 +148,9 @@ struct zcrpc_worker {
 	int need_reap;
 	uint32_t reposts_pending; /* conns waiting for pool slots */
 	zcrpc_conn_stats gone;	  /* totals of freed connections */
+	zcrpc_worker *ctx_next, *ctx_prev; /* ctx->workers (under ctx->lock) */
+	unsigned removed_seen;	  /* device indexes swept (removal.c) */
+	unsigned removed_gen;	  /* ctx->removed_gen when last swept */
 	char err[192];
 };
 
@@ -149,6 +181,7 @@ zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 			       struct zcrpc__device **out);
 void zcrpc__device_close_all(zcrpc_worker *w);
 void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev);
+void zcrpc__device_close(zcrpc_worker *w, int idx);
 
 /* ---- connections -------------------------------------------------------- */
 
@@ -254,6 +287,7 @@ struct zcrpc_listener {
 	zcrpc_listen_opts opts;
 	struct zcrpc__src src;
 	uint16_t port;
+	int failed; /* its device went away: id released, accepts nothing */
 };
 
 /* conn.c: lifecycle */
@@ -309,5 +343,7 @@ void zcrpc__jobs_join_all(zcrpc_worker *w);
 
 /* listener.c */
 void zcrpc__listener_on_readable(zcrpc_listener *l);
+/* Its device was removed: release the id; the listener accepts nothing. */
+void zcrpc__listener_release(zcrpc_listener *l);
 
 #endif /* ZCRPC_TRANSPORT_INTERNAL_H */

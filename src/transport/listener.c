@@ -108,11 +108,26 @@ err_reject:
 			 "accept failed");
 }
 
+void zcrpc__listener_release(zcrpc_listener *l)
+{
+	if (l->failed || !l->id)
+		return;
+	epoll_ctl(l->w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
+	rdma_destroy_ep(l->id);
+	l->id = NULL;
+	l->failed = 1;
+	zcrpc__worker_seterr(l->w,
+			     "listener on port %u closed: RDMA device removed",
+			     (unsigned)l->port);
+}
+
 void zcrpc__listener_on_readable(zcrpc_listener *l)
 {
 	struct rdma_cm_id *id;
 
 	for (;;) {
+		if (l->failed || !l->id)
+			break; /* released (device removal) in this round */
 		if (rdma_get_request(l->id, &id) == 0) {
 			accept_request(l, id);
 			continue;
@@ -122,11 +137,18 @@ void zcrpc__listener_on_readable(zcrpc_listener *l)
 		/* An event other than a connect request (DEVICE_REMOVAL,
 		 * ADDR_CHANGE) or a failed request: record, acknowledge. */
 		if (l->id->event) {
+			enum rdma_cm_event_type t = l->id->event->event;
+
 			zcrpc__worker_seterr(l->w, "listener event %s (status %d)",
-					     rdma_event_str(l->id->event->event),
+					     rdma_event_str(t),
 					     l->id->event->status);
 			rdma_ack_cm_event(l->id->event);
 			l->id->event = NULL;
+			if (t == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+				zcrpc__device_removed(l->w, l->id->verbs);
+				zcrpc__listener_release(l); /* if still held */
+				break;
+			}
 		} else {
 			zcrpc__worker_seterr(l->w, "rdma_get_request: %s",
 					     strerror(errno));
@@ -230,8 +252,10 @@ void zcrpc_listener_destroy(zcrpc_listener *l)
 	for (c = w->conns; c; c = c->next)
 		if (c->listener == l)
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
-	epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
-	rdma_destroy_ep(l->id);
+	if (l->id) { /* NULL when its device was removed */
+		epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
+		rdma_destroy_ep(l->id);
+	}
 	if (l->prev)
 		l->prev->next = l->next;
 	else

@@ -85,6 +85,21 @@ static void region_free(struct zcrpc__pool *p, struct region *r)
 	free(r);
 }
 
+void zcrpc__pool_drop_device(struct zcrpc__pool *p, int dev_idx)
+{
+	uint32_t i;
+
+	if (!p || !p->reg.drop || dev_idx < 0 || dev_idx >= ZCRPC_MAX_DEVICES)
+		return;
+	for (i = 0; i < p->nregions; i++) {
+		struct region *r = p->regions[i];
+
+		if (r->handle)
+			p->reg.drop(p->reg.ctx, r->handle, dev_idx);
+		r->lkeys[dev_idx] = 0;
+	}
+}
+
 void zcrpc__pool_destroy(struct zcrpc__pool *p)
 {
 	uint32_t i;

@@ -30,6 +30,9 @@ struct zcrpc__registrar {
 		   uint32_t lkeys[ZCRPC_MAX_DEVICES]);
 	void (*dereg)(void *ctx, void *handle);
 	void *ctx;
+	/* Optional: release what handle holds on device @dev_idx only (the
+	 * device was removed); dereg later skips it. */
+	void (*drop)(void *ctx, void *handle, int dev_idx);
 };
 
 struct zcrpc__pool_class_cfg {
@@ -105,6 +108,10 @@ zcrpc_status zcrpc__pool_lookup(const struct zcrpc__pool *p, zcrpc__slot_id id,
 
 void zcrpc__pool_get_stats(const struct zcrpc__pool *p,
 			   struct zcrpc__pool_stats *out);
+
+/* Releases every region's registration on device @dev_idx (removed);
+ * its lkeys become 0. Slots stay usable on the other devices. */
+void zcrpc__pool_drop_device(struct zcrpc__pool *p, int dev_idx);
 
 /* Total slots in use over all classes. */
 uint32_t zcrpc__pool_in_use(const struct zcrpc__pool *p);

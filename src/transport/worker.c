@@ -200,10 +200,14 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	w->cm_src = (struct zcrpc__src){ZCRPC_SRC_CM, w};
 	w->timer_src = (struct zcrpc__src){ZCRPC_SRC_TIMER, w};
 	w->ev_src = (struct zcrpc__src){ZCRPC_SRC_EVENT, w};
+	w->watch_src = (struct zcrpc__src){ZCRPC_SRC_WATCH, w};
 	if (zcrpc__epoll_add(w, w->cm_ch->fd, &w->cm_src) ||
 	    zcrpc__epoll_add(w, w->timerfd, &w->timer_src) ||
-	    zcrpc__epoll_add(w, w->evfd, &w->ev_src))
+	    zcrpc__epoll_add(w, w->evfd, &w->ev_src) ||
+	    (w->ctx->watch_ch &&
+	     zcrpc__epoll_add(w, w->ctx->watch_ch->fd, &w->watch_src)))
 		goto err_pool;
+	zcrpc__context_add_worker(w->ctx, w);
 	*out = w;
 	return ZCRPC_OK;
 
@@ -251,6 +255,7 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 	}
 	zcrpc__pool_destroy(w->pool);
 	zcrpc__device_close_all(w);
+	zcrpc__context_remove_worker(w->ctx, w);
 	zcrpc__context_unref(w->ctx);
 	rdma_destroy_event_channel(w->cm_ch);
 	close(w->evfd);
@@ -525,6 +530,10 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 			zcrpc__listener_on_readable(src->obj);
 			n++;
 			break;
+		case ZCRPC_SRC_WATCH:
+			zcrpc__worker_on_watch(w);
+			n++;
+			break;
 		case ZCRPC_SRC_TIMER:
 			while (read(w->timerfd, &u, sizeof(u)) > 0)
 				;
@@ -532,6 +541,7 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 		case ZCRPC_SRC_EVENT:
 			while (read(w->evfd, &u, sizeof(u)) > 0)
 				;
+			zcrpc__worker_sweep_removed(w);
 			zcrpc__jobs_handle_done(w);
 			run_posts(w);
 			n++;

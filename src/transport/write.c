@@ -113,7 +113,7 @@ zcrpc_status zcrpc_conn_write(zcrpc_conn *c, const zcrpc_mr *src,
 		return ZCRPC_INVALID_ARGUMENT;
 	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
 		return ZCRPC_FAILED_PRECONDITION;
-	if (src->ctx != c->w->ctx)
+	if (src->ctx != c->w->ctx || !src->mrs[c->dev->idx])
 		return ZCRPC_FAILED_PRECONDITION;
 	if (src_offset > src->len || len > src->len - src_offset)
 		return ZCRPC_OUT_OF_RANGE;

@@ -1,0 +1,278 @@
+// A device that goes away under live connections (reference scenario T23):
+// `rdma link delete rxe1` must return (rxe cannot take a device from a
+// process: the kernel waits until every object on it is released), every
+// connection on it fails UNAVAILABLE exactly once, nothing leaks, the
+// context keeps working on its other device, and after `rdma link add` a
+// new context uses the device again.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "rdma_env.h"
+
+using namespace std::chrono;
+using namespace std::chrono_literals;
+
+namespace {
+
+milliseconds Scaled(int ms)
+{
+	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
+}
+
+bool DeviceExists(const std::string &dev)
+{
+	struct stat st;
+	return stat(("/sys/class/infiniband/" + dev).c_str(), &st) == 0;
+}
+
+// True once @dev has a GID for IPv4 address @addr (::ffff:a.b.c.d).
+bool HasIpv4Gid(const std::string &dev, const std::string &addr)
+{
+	unsigned a, b, c, d;
+	if (std::sscanf(addr.c_str(), "%u.%u.%u.%u", &a, &b, &c, &d) != 4)
+		return false;
+	char want[64];
+	std::snprintf(want, sizeof(want), "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x",
+		      a, b, c, d);
+	for (int i = 0; i < 16; i++) {
+		std::ifstream f("/sys/class/infiniband/" + dev + "/ports/1/gids/" +
+				std::to_string(i));
+		std::string g;
+		if (f >> g && g == want)
+			return true;
+	}
+	return false;
+}
+
+// Puts rxe1 back (on the netdev the harness used) when the test took it
+// away, whatever the test's outcome: later tests in the guest need it.
+struct DeviceRestorer {
+	std::string dev, netdev, addr;
+	bool Restore()
+	{
+		if (!DeviceExists(dev)) {
+			std::string cmd = "rdma link add " + dev + " type rxe netdev " + netdev;
+			if (std::system(cmd.c_str()) != 0)
+				return false;
+		}
+		auto until = steady_clock::now() + Scaled(20000);
+		while (!HasIpv4Gid(dev, addr) && steady_clock::now() < until)
+			std::this_thread::sleep_for(50ms);
+		return HasIpv4Gid(dev, addr);
+	}
+	~DeviceRestorer() { Restore(); }
+};
+
+// The netdev under an rxe device, read from sysfs (e.g. "veth1").
+std::string NetdevOf(const std::string &dev)
+{
+	std::ifstream f("/sys/class/infiniband/" + dev + "/ports/1/gid_attrs/ndevs/0");
+	std::string n;
+	f >> n;
+	return n;
+}
+
+// A worker with connections that echo (server) or count (client).
+struct Peer {
+	zcrpc_worker *w = nullptr;
+	zcrpc_listener *l = nullptr;
+	std::vector<zcrpc_conn *> conns;
+	int established = 0, closed = 0, recvd = 0, unavailable = 0, removed = 0;
+	bool echo = false;
+
+	explicit Peer(uint32_t keepalive_ms)
+	{
+		zcrpc_worker_opts o;
+		zcrpc_worker_opts_init(&o);
+		o.keepalive_ms = keepalive_ms;
+		o.ack_timeout = 14;
+		o.retry_count = 3;
+		EXPECT_EQ(zcrpc_worker_create(&o, &w), ZCRPC_OK);
+	}
+	~Peer()
+	{
+		for (auto *c : conns)
+			zcrpc_conn_destroy(c);
+		zcrpc_listener_destroy(l);
+		zcrpc_worker_destroy(w);
+	}
+	zcrpc_conn_handlers Handlers()
+	{
+		zcrpc_conn_handlers h{};
+		h.size = sizeof(h);
+		h.on_state = [](zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status s, void *a) {
+			auto *p = static_cast<Peer *>(a);
+			if (st == ZCRPC_CONN_ESTABLISHED)
+				p->established++;
+			if (st != ZCRPC_CONN_CLOSED)
+				return;
+			p->closed++;
+			if (s == ZCRPC_UNAVAILABLE)
+				p->unavailable++;
+			if (std::strstr(zcrpc_conn_error(c), "device removed"))
+				p->removed++;
+		};
+		h.on_recv = [](zcrpc_conn *c, const void *d, size_t n, void *a) {
+			auto *p = static_cast<Peer *>(a);
+			p->recvd++;
+			if (p->echo)
+				zcrpc_conn_send(c, d, n);
+		};
+		h.arg = this;
+		return h;
+	}
+	bool Listen(const std::string &addr)
+	{
+		zcrpc_listen_opts lo;
+		zcrpc_listen_opts_init(&lo);
+		lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
+			static_cast<Peer *>(a)->conns.push_back(c);
+		};
+		lo.arg = this;
+		lo.conn_handlers = Handlers();
+		echo = true;
+		return zcrpc_listen(w, addr.c_str(), "0", &lo, &l) == ZCRPC_OK;
+	}
+	bool Connect(const std::string &addr, uint16_t port, const std::string &src)
+	{
+		zcrpc_connect_opts co{};
+		co.size = sizeof(co);
+		co.timeout_ms = 10000;
+		co.src_addr = src.c_str();
+		auto h = Handlers();
+		zcrpc_conn *c = nullptr;
+		if (zcrpc_connect(w, addr.c_str(), std::to_string(port).c_str(), &co, &h, &c) !=
+		    ZCRPC_OK)
+			return false;
+		conns.push_back(c);
+		return true;
+	}
+	uint32_t InUse() const
+	{
+		zcrpc_worker_stats s;
+		zcrpc_worker_get_stats(w, &s);
+		return s.pool_in_use;
+	}
+};
+
+bool ProgressBoth(Peer &a, Peer &b, const std::function<bool()> &done, milliseconds limit)
+{
+	auto until = steady_clock::now() + limit;
+	while (!done() && steady_clock::now() < until) {
+		zcrpc_worker_progress(a.w, 0);
+		zcrpc_worker_progress(b.w, 0);
+	}
+	return done();
+}
+
+// Connects @n clients of @cli to @srv's listener and echoes one message on
+// each; true when every echo came back intact (counted by the test).
+bool ConnectAndEcho(Peer &srv, Peer &cli, const std::string &srv_addr,
+		    const std::string &cli_addr, int n)
+{
+	uint16_t port = zcrpc_listener_port(srv.l);
+	const int est0 = cli.established, closed0 = cli.closed;
+	size_t first = cli.conns.size();
+	for (int i = 0; i < n; i++)
+		if (!cli.Connect(srv_addr, port, cli_addr))
+			return false;
+	if (!ProgressBoth(srv, cli,
+			  [&] { return cli.established - est0 + cli.closed - closed0 >= n; },
+			  Scaled(15000)) ||
+	    cli.established - est0 != n) {
+		std::printf("established %d closed %d of %d\n", cli.established, cli.closed, n);
+		for (auto *c : cli.conns)
+			if (zcrpc_conn_state_get(c) == ZCRPC_CONN_CLOSED)
+				std::printf("connect failed: %s: %s\n",
+					    zcrpc_status_str(zcrpc_conn_status(c)),
+					    zcrpc_conn_error(c));
+		return false;
+	}
+	int before = cli.recvd;
+	for (size_t i = first; i < cli.conns.size(); i++)
+		if (zcrpc_conn_send(cli.conns[i], "ping", 4) != ZCRPC_OK)
+			return false;
+	return ProgressBoth(srv, cli, [&] { return cli.recvd == before + n; }, Scaled(10000));
+}
+
+class Device : public RdmaTest {};
+
+TEST_F(Device, LinkDeleteUnderLiveConnectionsReturnsAndTheDeviceIsUsableAfterReAdd)
+{
+	const std::string dev = env_.dev1, addr = env_.addr1;
+	const std::string netdev = NetdevOf(dev);
+	ASSERT_FALSE(netdev.empty()) << "no netdev under " << dev;
+	DeviceRestorer restore{dev, netdev, addr};
+	constexpr int kConns = 8;
+
+	// Server on rxe1 (the device that goes), clients bound to rxe0's address.
+	Peer srv(0), cli(200);
+	ASSERT_TRUE(srv.Listen(addr));
+	ASSERT_TRUE(ConnectAndEcho(srv, cli, addr, env_.addr0, kConns));
+	ASSERT_EQ(static_cast<int>(srv.conns.size()), kConns);
+	ASSERT_GT(srv.InUse(), 0u); // receives posted on rxe1
+
+	// The delete runs beside the progress loop: it returns only once the
+	// server released everything it had on the device.
+	std::atomic<int> rc{-1};
+	std::atomic<bool> done{false};
+	auto t0 = steady_clock::now();
+	std::thread del([&] {
+		std::string cmd = "timeout 30 rdma link delete " + dev;
+		int r = std::system(cmd.c_str());
+		rc = WIFEXITED(r) ? WEXITSTATUS(r) : 128;
+		done = true;
+	});
+	bool finished = ProgressBoth(srv, cli, [&] { return done.load(); }, Scaled(40000));
+	del.join();
+	double secs = duration<double>(steady_clock::now() - t0).count();
+	ASSERT_TRUE(finished);
+	EXPECT_EQ(rc.load(), 0) << "rdma link delete failed or timed out after " << secs << " s";
+	EXPECT_LT(secs, 30.0); // `timeout 30` would have reported 124
+	EXPECT_FALSE(DeviceExists(dev));
+	std::printf("rdma link delete %s returned %d after %.2f s\n", dev.c_str(), rc.load(),
+		    secs);
+
+	// Server side: each connection failed once, naming the removal; every
+	// receive slot came back. The listener is gone with its device.
+	EXPECT_EQ(srv.closed, kConns);
+	EXPECT_EQ(srv.unavailable, kConns);
+	EXPECT_EQ(srv.removed, kConns);
+	EXPECT_EQ(srv.InUse(), 0u);
+	// Client side (rxe0 stays): each connection learns the peer is gone
+	// (DREQ or keepalive), exactly once, UNAVAILABLE.
+	EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.closed == kConns; }, Scaled(15000)));
+	EXPECT_EQ(cli.closed, kConns);
+	EXPECT_EQ(cli.unavailable, kConns);
+	for (auto *c : cli.conns)
+		zcrpc_conn_destroy(c);
+	cli.conns.clear();
+	EXPECT_EQ(cli.InUse(), 0u);
+
+	// The context that lost rxe1 keeps working on rxe0: a new server
+	// there, reached by the old client worker.
+	Peer srv0(0);
+	ASSERT_TRUE(srv0.Listen(env_.addr0));
+	EXPECT_TRUE(ConnectAndEcho(srv0, cli, env_.addr0, env_.addr0, 2));
+	Peer cli3(0);
+	EXPECT_TRUE(ConnectAndEcho(srv0, cli3, env_.addr0, env_.addr0, 2));
+
+	// The device comes back: a new context uses it.
+	ASSERT_TRUE(restore.Restore());
+	Peer srv2(0), cli2(0);
+	ASSERT_TRUE(srv2.Listen(addr));
+	EXPECT_TRUE(ConnectAndEcho(srv2, cli2, addr, env_.addr0, 2));
+}
+
+} // namespace
