@@ -486,6 +486,8 @@ typedef struct zcrpc_worker_stats {
 	uint64_t pool_exhausted;     /**< times a pool class was at its limit */
 	uint64_t pool_bad_frees;     /**< double or stale frees refused */
 	uint64_t keepalives_sent;    /**< keepalive probes posted */
+	uint64_t async_events;	     /**< device async events this worker acted on
+				      *   (port down/up, QP/CQ errors) */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

@@ -54,6 +54,7 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 		return ZCRPC_UNAVAILABLE;
 	}
 	zcrpc__context_watch_devices(ctx);
+	zcrpc__context_async_init(ctx);
 	*out = ctx;
 	return ZCRPC_OK;
 }

@@ -25,7 +25,7 @@ zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 		d->comp_ch = ibv_create_comp_channel(verbs);
 		if (!d->comp_ch)
 			goto err;
-		d->src = (struct zcrpc__src){ZCRPC_SRC_COMP, d};
+		d->src = (struct zcrpc__src){ZCRPC_SRC_COMP, d, 0};
 		if (zcrpc__epoll_add(w, d->comp_ch->fd, &d->src)) {
 			ibv_destroy_comp_channel(d->comp_ch);
 			d->comp_ch = NULL;

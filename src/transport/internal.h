@@ -12,6 +12,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "mempool.h"
+#include "test_hooks.h"
 #include "zcrpc/transport.h"
 
 /* ---- context.c: devices shared by workers ---------------------------- */
@@ -22,6 +23,7 @@ struct zcrpc__ctx_dev {
 	int removed;		   /* DEVICE_REMOVAL seen (under ctx->lock) */
 	int sweeps_left;	   /* workers that still hold objects on it */
 	struct rdma_cm_id *watch;  /* bound to the device: hears its removal */
+	atomic_int port_down;	   /* PORT_ERR seen, no PORT_ACTIVE since */
 	struct ibv_device_attr attr;
 	uint32_t max_msg_sz; /* of port 1 */
 };
@@ -74,6 +76,11 @@ void zcrpc__context_watch_devices(zcrpc_context *ctx);
 void zcrpc__context_unwatch(zcrpc_context *ctx);
 void zcrpc__worker_on_watch(zcrpc_worker *w);
 
+/* async.c: device async events (port up/down, QP/CQ errors). */
+void zcrpc__context_async_init(zcrpc_context *ctx);
+zcrpc_status zcrpc__worker_async_watch(zcrpc_worker *w);
+void zcrpc__worker_on_async(zcrpc_worker *w, int idx);
+
 /* ---- worker.c ----------------------------------------------------------- */
 
 /* What an epoll registration points at. */
@@ -84,11 +91,13 @@ enum zcrpc__src_kind {
 	ZCRPC_SRC_TIMER,    /* the worker's timerfd */
 	ZCRPC_SRC_EVENT,    /* the worker's eventfd (setup threads, posts) */
 	ZCRPC_SRC_WATCH,    /* the context's device-watch CM channel */
+	ZCRPC_SRC_ASYNC,    /* a context device's async event fd */
 };
 
 struct zcrpc__src {
 	enum zcrpc__src_kind kind;
 	void *obj;
+	int idx; /* ZCRPC_SRC_ASYNC: the context's device index */
 };
 
 /* A context device as one worker uses it: its completion channel. */
@@ -130,6 +139,8 @@ struct zcrpc_worker {
 	int epfd, timerfd, evfd;
 	struct rdma_event_channel *cm_ch;
 	struct zcrpc__src cm_src, timer_src, ev_src, watch_src;
+	struct zcrpc__src async_src[ZCRPC_MAX_DEVICES];
+	uint64_t async_events; /* async events that changed something */
 	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
 	zcrpc_conn *conns;
 	zcrpc_listener *listeners;

@@ -213,7 +213,7 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 		goto err_ep;
 	}
 	l->port = ntohs(rdma_get_src_port(l->id));
-	l->src = (struct zcrpc__src){ZCRPC_SRC_LISTENER, l};
+	l->src = (struct zcrpc__src){ZCRPC_SRC_LISTENER, l, 0};
 	if (zcrpc__epoll_add(w, l->id->channel->fd, &l->src)) {
 		st = ZCRPC_RESOURCE_EXHAUSTED;
 		goto err_ep;

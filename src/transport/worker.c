@@ -197,15 +197,16 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	if (st != ZCRPC_OK)
 		goto err_ctx;
 	st = ZCRPC_RESOURCE_EXHAUSTED;
-	w->cm_src = (struct zcrpc__src){ZCRPC_SRC_CM, w};
-	w->timer_src = (struct zcrpc__src){ZCRPC_SRC_TIMER, w};
-	w->ev_src = (struct zcrpc__src){ZCRPC_SRC_EVENT, w};
-	w->watch_src = (struct zcrpc__src){ZCRPC_SRC_WATCH, w};
+	w->cm_src = (struct zcrpc__src){ZCRPC_SRC_CM, w, 0};
+	w->timer_src = (struct zcrpc__src){ZCRPC_SRC_TIMER, w, 0};
+	w->ev_src = (struct zcrpc__src){ZCRPC_SRC_EVENT, w, 0};
+	w->watch_src = (struct zcrpc__src){ZCRPC_SRC_WATCH, w, 0};
 	if (zcrpc__epoll_add(w, w->cm_ch->fd, &w->cm_src) ||
 	    zcrpc__epoll_add(w, w->timerfd, &w->timer_src) ||
 	    zcrpc__epoll_add(w, w->evfd, &w->ev_src) ||
 	    (w->ctx->watch_ch &&
-	     zcrpc__epoll_add(w, w->ctx->watch_ch->fd, &w->watch_src)))
+	     zcrpc__epoll_add(w, w->ctx->watch_ch->fd, &w->watch_src)) ||
+	    zcrpc__worker_async_watch(w) != ZCRPC_OK)
 		goto err_pool;
 	zcrpc__context_add_worker(w->ctx, w);
 	*out = w;
@@ -320,6 +321,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->credit_stalls = t.credit_stalls;
 	out->rnr_events = t.rnr_events;
 	out->keepalives_sent = t.keepalives_sent;
+	out->async_events = w->async_events;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;
@@ -532,6 +534,10 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 			break;
 		case ZCRPC_SRC_WATCH:
 			zcrpc__worker_on_watch(w);
+			n++;
+			break;
+		case ZCRPC_SRC_ASYNC:
+			zcrpc__worker_on_async(w, src->idx);
 			n++;
 			break;
 		case ZCRPC_SRC_TIMER:

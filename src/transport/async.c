@@ -1,0 +1,187 @@
+/* zcrpc — device async events (ibv_get_async_event). Each device's async
+ * fd is made non-blocking and polled by every worker of the context; the
+ * worker that reads an event handles it and always acknowledges it (an
+ * unacknowledged event makes destroying the object it names hang):
+ *   PORT_ERR / PORT_ACTIVE  the device's port went down / came back: new
+ *                           connections on it fail fast (UNAVAILABLE)
+ *                           while it is down;
+ *   QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, CQ_ERR
+ *                           the connection owning the QP (or CQ) fails
+ *                           UNAVAILABLE; it may belong to another worker,
+ *                           which is handed the event (zcrpc_worker_post);
+ *   DEVICE_FATAL            handled as a removal of the device.
+ * rxe 6.1 raises only the port and CQ events; the QP events are exercised
+ * by injecting them (zcrpc__worker_test_async_event). */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Which connection an event names, as plain values: the object itself may
+ * be gone by the time another worker looks. */
+struct async_target {
+	int dev_idx;
+	uint32_t qp_num; /* QP events */
+	const void *cq;	 /* CQ_ERR: compared, never dereferenced */
+	enum ibv_event_type type;
+};
+
+static void fail_target(zcrpc_worker *w, const struct async_target *t)
+{
+	zcrpc_conn *c;
+
+	for (c = w->conns; c; c = c->next) {
+		int match;
+
+		if (c->torn_down || !c->dev || c->dev->idx != t->dev_idx)
+			continue;
+		match = t->cq ? (const void *)c->cq == t->cq
+			      : (c->id && c->id->qp && c->id->qp->qp_num == t->qp_num);
+		if (!match)
+			continue;
+		w->async_events++;
+		if (c->state != ZCRPC_CONN_CLOSED)
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "%s (device async event)",
+					 ibv_event_type_str(t->type));
+		w->need_reap = 1;
+		return;
+	}
+}
+
+static void posted_fail(zcrpc_worker *w, void *arg)
+{
+	fail_target(w, arg);
+	free(arg);
+}
+
+/* Hands @t to every worker of the context: the owner of the QP acts, the
+ * others find nothing. */
+static void route(zcrpc_worker *w, const struct async_target *t)
+{
+	zcrpc_context *ctx = w->ctx;
+	zcrpc_worker *o;
+
+	fail_target(w, t);
+	pthread_mutex_lock(&ctx->lock);
+	for (o = ctx->workers; o; o = o->ctx_next) {
+		struct async_target *copy;
+
+		if (o == w || !(copy = malloc(sizeof(*copy))))
+			continue;
+		*copy = *t;
+		if (zcrpc_worker_post(o, posted_fail, copy) != ZCRPC_OK)
+			free(copy);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* @qp_num and @cq were read from the event before it was acknowledged. */
+static void handle(zcrpc_worker *w, int idx, enum ibv_event_type type,
+		   uint32_t qp_num, const void *cq)
+{
+	zcrpc_context *ctx = w->ctx;
+	struct async_target t;
+
+	memset(&t, 0, sizeof(t));
+	t.dev_idx = idx;
+	t.type = type;
+	switch (type) {
+	case IBV_EVENT_PORT_ERR:
+		atomic_store(&ctx->dev[idx].port_down, 1);
+		w->async_events++;
+		zcrpc__worker_seterr(w, "device %d: port down", idx);
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+		atomic_store(&ctx->dev[idx].port_down, 0);
+		w->async_events++;
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+		t.qp_num = qp_num;
+		route(w, &t);
+		break;
+	case IBV_EVENT_CQ_ERR:
+		t.cq = cq;
+		route(w, &t);
+		break;
+	case IBV_EVENT_DEVICE_FATAL:
+		w->async_events++;
+		if (ctx->dev[idx].verbs)
+			zcrpc__device_removed(w, ctx->dev[idx].verbs);
+		break;
+	default: /* LID/GID/SM changes, SRQ, COMM_EST...: nothing to do */
+		break;
+	}
+}
+
+void zcrpc__context_async_init(zcrpc_context *ctx)
+{
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++) {
+		int fd = ctx->dev[i].verbs->async_fd;
+
+		atomic_init(&ctx->dev[i].port_down, 0);
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	}
+}
+
+zcrpc_status zcrpc__worker_async_watch(zcrpc_worker *w)
+{
+	zcrpc_context *ctx = w->ctx;
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++) {
+		w->async_src[i] = (struct zcrpc__src){ZCRPC_SRC_ASYNC, w, 0};
+		w->async_src[i].idx = i;
+		if (ctx->dev[i].verbs &&
+		    zcrpc__epoll_add(w, ctx->dev[i].verbs->async_fd, &w->async_src[i]))
+			return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	return ZCRPC_OK;
+}
+
+/* Device @idx's async fd is readable. Reads under the context's lock, so a
+ * removal (which closes the device) cannot run meanwhile. */
+void zcrpc__worker_on_async(zcrpc_worker *w, int idx)
+{
+	zcrpc_context *ctx = w->ctx;
+	struct ibv_async_event ev;
+
+	for (;;) {
+		uint32_t qp_num = 0;
+		const void *cq = NULL;
+		int got;
+
+		pthread_mutex_lock(&ctx->lock);
+		got = ctx->dev[idx].verbs &&
+		      ibv_get_async_event(ctx->dev[idx].verbs, &ev) == 0;
+		if (got) {
+			if (ev.event_type == IBV_EVENT_CQ_ERR)
+				cq = ev.element.cq;
+			else if (ev.element.qp &&
+				 (ev.event_type == IBV_EVENT_QP_FATAL ||
+				  ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+				  ev.event_type == IBV_EVENT_QP_ACCESS_ERR))
+				qp_num = ev.element.qp->qp_num;
+			ibv_ack_async_event(&ev);
+		}
+		pthread_mutex_unlock(&ctx->lock);
+		if (!got)
+			break;
+		handle(w, idx, ev.event_type, qp_num, cq);
+	}
+}
+
+zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
+					    enum ibv_event_type type)
+{
+	if (!w || !c || !c->dev || !c->id || !c->id->qp)
+		return ZCRPC_INVALID_ARGUMENT;
+	handle(w, c->dev->idx, type, c->id->qp->qp_num,
+	       type == IBV_EVENT_CQ_ERR ? (const void *)c->cq : NULL);
+	return ZCRPC_OK;
+}

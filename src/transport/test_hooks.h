@@ -1,0 +1,24 @@
+/* zcrpc — transport hooks for tests only (fault injection); reachable from
+ * C and C++ tests through the internal static library. Not installed. */
+#ifndef ZCRPC_TRANSPORT_TEST_HOOKS_H
+#define ZCRPC_TRANSPORT_TEST_HOOKS_H
+
+#include <infiniband/verbs.h>
+
+#include "zcrpc/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Handles @type (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, CQ_ERR) for @c's QP or
+ * CQ as if @w had read it from the device (rxe 6.1 raises no QP events).
+ * Returns INVALID_ARGUMENT when @c has no QP. */
+zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
+					    enum ibv_event_type type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCRPC_TRANSPORT_TEST_HOOKS_H */
