@@ -33,6 +33,16 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
+/* Says why a client's connection went away (on stderr, which peer-wait
+ * returns to the test). */
+static void on_disconnect(zcrpc_server *s, zcrpc_conn *conn, zcrpc_status why, void *arg)
+{
+	(void)s;
+	(void)arg;
+	fprintf(stderr, "peer server: connection closed: %s (%s)\n", zcrpc_status_str(why),
+		zcrpc_conn_error(conn));
+}
+
 static void echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 {
 	zcrpc_reply_opts o;
@@ -97,11 +107,14 @@ int main(int argc, char **argv)
 	zcrpc_worker_opts wo;
 	zcrpc_worker *w = NULL;
 	zcrpc_server *s = NULL;
+	zcrpc_server_opts so;
 	zcrpc_server_stats ss;
 	zcrpc_status st = ZCRPC_INVALID_ARGUMENT;
 	int opt, rc = 1;
 
 	zcrpc_worker_opts_init(&wo);
+	zcrpc_server_opts_init(&so);
+	so.on_disconnect = on_disconnect;
 	while ((opt = getopt(argc, argv, "a:p:t:r:k:")) != -1) {
 		switch (opt) {
 		case 'a': addr = optarg; break;
@@ -122,7 +135,7 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	if ((st = zcrpc_worker_create(&wo, &w)) != ZCRPC_OK ||
-	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK ||
+	    (st = zcrpc_server_create(w, &so, &s)) != ZCRPC_OK ||
 	    (st = zcrpc_server_register(s, "/zcrpc.test.Peer/Echo", echo, NULL)) != ZCRPC_OK ||
 	    (st = zcrpc_server_register(s, "/zcrpc.test.Peer/Hold", hold, NULL)) != ZCRPC_OK ||
 	    (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
