@@ -104,7 +104,13 @@ log "starting stage 2"
 chroot "$NEWROOT" /bin/bash /run/rxe-vm/rxe-vm --guest-stage2 /run/rxe-vm
 rc=$?
 log "stage 2 exited with status $rc"
-[ -e "$NEWROOT/run/rxe-vm/status" ] || echo "stage 2 exited with status $rc without writing a status" > "$NEWROOT/run/rxe-vm/stage1-error"
+# `rxe-vm --two` boots each guest with rxevm.role=a|b; its status is then in
+# the role's subdirectory (and its errors go there too).
+role=
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in rxevm.role=?*) role=/${arg#rxevm.role=} ;; esac
+done
+[ -e "$NEWROOT/run/rxe-vm$role/status" ] || echo "stage 2 exited with status $rc without writing a status" > "$NEWROOT/run/rxe-vm$role/stage1-error"
 sync
 umount "$NEWROOT$share" 2>/dev/null
 umount "$NEWROOT/run/rxe-vm" 2>/dev/null
