@@ -20,7 +20,10 @@ if(nseeds EQUAL 0)
   message(FATAL_ERROR "no seed inputs in ${SEEDS}")
 endif()
 
-set(common -timeout=5 -rss_limit_mb=2048 -max_len=4096
+# -timeout: one input is a few microseconds; 30 s only catches a real hang,
+# not a machine stalled by parallel builds (5 s once tripped on a trivial
+# input at load 17 on 2 cores).
+set(common -timeout=30 -rss_limit_mb=2048 -max_len=4096
     -artifact_prefix=${WORK}/artifacts/ -print_final_stats=1)
 if(MODE STREQUAL "replay")
   # Files as arguments: libFuzzer runs each one once and exits.
