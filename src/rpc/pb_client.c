@@ -1,6 +1,6 @@
 /* protobuf-c glue, client side: a ProtobufCService whose invoke() makes a
- * zcrpc call, packing the request straight into registered memory. Also
- * the budgeted unpack allocator both sides use. */
+ * zcrpc call, packing the request straight into registered memory. The
+ * budgeted unpack allocator both sides use is in pb_dispatch.c. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,66 +8,6 @@
 #include "zcrpc/pb.h"
 
 #include "pb_internal.h"
-
-/* ---- the budgeted allocator ---------------------------------------------- */
-
-/* Blocks come straight from malloc (so a message unpacked with it can be
- * freed with the default allocator, NULL); the budget counts every byte
- * handed out during the unpack, scratch space included, and never gives
- * any back: a conservative bound. */
-static void *pb_alloc(void *data, size_t size)
-{
-	struct zcrpc__pb_alloc *pa = data;
-	void *p;
-
-	if (size > pa->budget - pa->used) {
-		pa->refused = 1;
-		return NULL;
-	}
-	if (!(p = malloc(size ? size : 1)))
-		return NULL;
-	pa->used += size;
-	return p;
-}
-
-static void pb_free(void *data, void *p)
-{
-	(void)data;
-	free(p);
-}
-
-void zcrpc__pb_alloc_init(struct zcrpc__pb_alloc *pa, size_t wire_len)
-{
-	pa->a.alloc = pb_alloc;
-	pa->a.free = pb_free;
-	pa->a.allocator_data = pa;
-	pa->used = 0;
-	pa->refused = 0;
-	pa->budget = ZCRPC_PB_UNPACK_BUDGET;
-	if (wire_len <= (SIZE_MAX - pa->budget) / 2)
-		pa->budget += 2 * wire_len;
-	else
-		pa->budget = SIZE_MAX;
-}
-
-static uint32_t fnv(uint32_t h, const char *s)
-{
-	while (*s) {
-		h ^= (uint8_t)*s++;
-		h *= 16777619u;
-	}
-	return h;
-}
-
-uint32_t zcrpc__pb_method_id(const ProtobufCServiceDescriptor *d, unsigned i)
-{
-	uint32_t h = 2166136261u;
-
-	h = fnv(h, "/");
-	h = fnv(h, d->name);
-	h = fnv(h, "/");
-	return fnv(h, d->methods[i].name);
-}
 
 /* ---- the client ----------------------------------------------------------- */
 

@@ -8,7 +8,7 @@
 
 #include "zcrpc/pb.h"
 
-#include "pb_internal.h"
+#include "pb_dispatch.h"
 
 #define PB_SCALL_MAGIC 0x7a637073u /* "zcps" */
 
@@ -124,17 +124,18 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	ProtobufCService *svc = arg;
 	const ProtobufCServiceDescriptor *d = svc->descriptor;
 	struct pb_scall *sc;
+	zcrpc_status st;
 	unsigned mi;
+	int found;
 	char m[160];
 
-	for (mi = 0; mi < d->n_methods; mi++)
-		if (zcrpc__pb_method_id(d, mi) == r->method_id)
-			break;
-	if (mi >= d->n_methods) { /* the bounds check before invoke */
+	if ((found = zcrpc__pb_find_method(d, r->method_id)) < 0) {
+		/* the bounds check before invoke */
 		zcrpc_call_reply(call, ZCRPC_UNIMPLEMENTED, "no such method",
 				 NULL, 0, NULL);
 		return;
 	}
+	mi = (unsigned)found;
 	if (svc->invoke == protobuf_c_service_invoke_internal &&
 	    !((const pb_handler *)(svc + 1))[mi]) {
 		snprintf(m, sizeof(m), "%s.%s is not implemented", d->name,
@@ -155,19 +156,10 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	sc->mi = mi;
 	sc->thread = pthread_self();
 	sc->st = ZCRPC_OK;
-	zcrpc__pb_alloc_init(&sc->pa, r->len);
-	sc->in = protobuf_c_message_unpack(d->methods[mi].input, &sc->pa.a,
-					   r->len, r->data);
+	sc->in = zcrpc__pb_unpack_request(d, mi, r->data, r->len, &sc->pa, &st,
+					  m, sizeof(m));
 	if (!sc->in) {
-		if (sc->pa.refused)
-			snprintf(m, sizeof(m), "request exceeds the unpack budget of %zu bytes",
-				 sc->pa.budget);
-		else
-			snprintf(m, sizeof(m), "request does not unpack as %s",
-				 d->methods[mi].input->name);
-		zcrpc_call_reply(call, sc->pa.refused ? ZCRPC_RESOURCE_EXHAUSTED
-						      : ZCRPC_INTERNAL,
-				 m, NULL, 0, NULL);
+		zcrpc_call_reply(call, st, m, NULL, 0, NULL);
 		scall_free(sc);
 		return;
 	}

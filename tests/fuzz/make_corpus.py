@@ -1,19 +1,24 @@
 #!/usr/bin/python3
-"""Writes the seed corpus of the frame fuzzer (tests/fuzz/corpus/frame/):
-valid frames of every type with and without metadata and payload, and one
-input per rejection rule of zcrpc__frame_decode. Deterministic, so the
-checked-in files can be regenerated and compared:
+"""Writes the seed corpora of the libFuzzer targets (tests/fuzz/corpus/<target>/):
+  frame  valid frames of every type with and without metadata and payload,
+         and one input per rejection rule of zcrpc__frame_decode (the
+         layout mirrors src/rpc/frame.h, a 64-byte little-endian header);
+  hello  handshakes of every kind, CM-padded and longer ones, and one input
+         per rejection rule of zcrpc__hello_decode (src/transport/hello.h);
+  pb     a method id (u32 LE) and a request of that method, for methods of
+         tests/proto/pbtest.proto, idl/echo.proto and idl/kv.proto, valid and
+         broken (fuzz_pb.c).
+Deterministic, so the checked-in files can be regenerated and compared:
 
-    tests/fuzz/make_corpus.py            # rewrite corpus/frame/
-    tests/fuzz/make_corpus.py --check    # exit 1 if it differs from the files
-
-The layout mirrors src/rpc/frame.h (64-byte little-endian header)."""
+    tests/fuzz/make_corpus.py            # rewrite corpus/*/
+    tests/fuzz/make_corpus.py --check    # exit 1 if they differ from the files
+"""
 import os
 import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OUT = os.path.join(HERE, "corpus", "frame")
+CORPUS = os.path.join(HERE, "corpus")
 
 REQUEST, REPLY, CANCEL, GOAWAY, GRANT = 1, 2, 3, 4, 5
 F_BULK = 1
@@ -124,28 +129,170 @@ def seeds():
     return s
 
 
+# --- the handshake (src/transport/hello.h) ----------------------------------
+HELLO_MAGIC = 0x7072637A
+CONNECT, ACCEPT, REJECT = 1, 2, 3
+
+
+def hello(kind, *, version=1, length=32, features=1, depth=64, max_msg=4096,
+          status=0, magic=HELLO_MAGIC, res=(0, 0), extra=b""):
+    return struct.pack("<IBBHIIIIII", magic, version, kind, length, features,
+                       depth, max_msg, status, *res) + extra
+
+
+def hello_seeds():
+    s = {}
+    s["ok-connect"] = hello(CONNECT)
+    s["ok-accept"] = hello(ACCEPT, depth=128, max_msg=1 << 20)
+    s["ok-reject"] = hello(REJECT, depth=0, max_msg=0, status=9)
+    s["ok-connect-cm-padded"] = hello(CONNECT) + bytes(56 - 32)
+    s["ok-accept-cm-padded"] = hello(ACCEPT) + bytes(196 - 32)
+    s["ok-longer-hello"] = hello(CONNECT, length=48, extra=b"\x01" * 16)
+    s["ok-longest-hello"] = hello(ACCEPT, length=196, extra=bytes(164))
+    s["ok-unknown-features"] = hello(CONNECT, features=0xFFFFFFFF)
+    s["ok-reserved-set"] = hello(ACCEPT, res=(0xFFFFFFFF, 1))
+    s["bad-empty"] = b""
+    s["bad-short-7"] = hello(CONNECT)[:7]
+    s["bad-short-31"] = hello(CONNECT)[:31]
+    s["bad-magic"] = hello(CONNECT, magic=0x7A637270)
+    s["bad-version-0"] = hello(CONNECT, version=0)
+    s["bad-version-2"] = hello(CONNECT, version=2)
+    s["bad-length-small"] = hello(CONNECT, length=31)
+    s["bad-length-beyond"] = hello(CONNECT, length=33)
+    s["bad-length-over-limit"] = hello(CONNECT, length=197, extra=bytes(165))
+    s["bad-kind-0"] = hello(0)
+    s["bad-kind-4"] = hello(4)
+    s["bad-zero-depth"] = hello(CONNECT, depth=0)
+    s["bad-zero-max-msg"] = hello(ACCEPT, max_msg=0)
+    return s
+
+
+# --- protobuf requests (tests/proto, idl) -----------------------------------
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def key(field, wt):
+    return varint(field << 3 | wt)
+
+
+def f_varint(field, n):
+    return key(field, 0) + varint(n & ((1 << 64) - 1))
+
+
+def f_bytes(field, b):
+    return key(field, 2) + varint(len(b)) + b
+
+
+def f_fixed32(field, n):
+    return key(field, 5) + struct.pack("<I", n)
+
+
+def f_fixed64(field, n):
+    return key(field, 1) + struct.pack("<Q", n)
+
+
+def zigzag(n):
+    return (n << 1) ^ (n >> 63)
+
+
+def mid(name):
+    return struct.pack("<I", fnv1a(name))
+
+
+def pb_seeds():
+    inner = f_varint(1, 7) + f_bytes(2, b"kid")
+    nested = f_varint(1, 1) + f_bytes(3, inner) + f_bytes(3, f_varint(1, 2))
+    presence = f_varint(1, 5) + f_bytes(2, b"s") + f_bytes(3, b"\x00\x01") + \
+        f_fixed64(4, 0x4004000000000000) + f_varint(5, 1 << 40)
+    every = b"".join([
+        f_fixed64(1, 0x3FF0000000000000), f_fixed32(2, 0x40000000),
+        f_varint(3, -5), f_varint(4, 1 << 62), f_varint(5, 0xFFFFFFFF),
+        f_varint(6, (1 << 64) - 1), f_varint(7, zigzag(-3)), f_varint(8, zigzag(-(1 << 40))),
+        f_fixed32(9, 9), f_fixed64(10, 10), f_fixed32(11, 0xFFFFFFFF), f_fixed64(12, 1 << 63),
+        f_varint(13, 1), f_bytes(14, "héllo".encode()), f_bytes(15, b"\x00\xff"),
+        f_varint(16, 1000), f_bytes(17, nested),
+        f_bytes(20, b"a"), f_bytes(20, b""), f_bytes(21, b"\x01"), f_bytes(22, inner),
+        f_varint(23, 1), f_varint(23, 2),
+        f_bytes(30, varint(1) + varint(300)), f_bytes(31, struct.pack("<d", 0.5)),
+        f_bytes(32, varint(zigzag(-1))), f_bytes(33, struct.pack("<II", 1, 2)),
+        f_bytes(34, b"\x01\x00"), f_bytes(35, varint(2)),
+        f_bytes(40, b"oneof"),
+        f_bytes(50, f_bytes(1, b"k") + f_varint(2, 9)),
+        f_bytes(51, f_varint(1, 3) + f_bytes(2, inner)),
+        f_bytes(60, presence),
+    ])
+    test = "/zcrpc.pbtest.Test/"
+    s = {}
+    s["ok-test-echo-empty"] = mid(test + "Echo")
+    s["ok-test-echo-every-field"] = mid(test + "Echo") + every
+    s["ok-test-later-oneof-inner"] = mid(test + "Later") + f_bytes(41, inner)
+    s["ok-test-fail-oneof-u64"] = mid(test + "Fail") + f_varint(42, 1 << 63)
+    s["ok-test-big-size"] = mid(test + "Big") + f_varint(1, 1 << 20)
+    s["ok-test-missing-unknown-field"] = mid(test + "Missing") + f_varint(99, 1) + \
+        f_bytes(100, b"x")
+    s["ok-other-nope"] = mid("/zcrpc.pbtest.Other/Nope") + f_bytes(22, nested)
+    s["ok-echo-ping"] = mid("/zcrpc.echo.Echo/Ping") + f_bytes(1, b"payload") + f_varint(2, 42)
+    s["ok-echo-reverse"] = mid("/zcrpc.echo.Echo/Reverse") + f_bytes(1, bytes(range(64)))
+    s["ok-kv-put"] = mid("/zcrpc.kv.Kv/Put") + f_bytes(1, b"key") + f_varint(2, 5) + \
+        f_varint(3, 0) + f_bytes(4, b"value")
+    s["ok-kv-get"] = mid("/zcrpc.kv.Kv/Get") + f_bytes(1, b"key")
+    s["ok-kv-delete"] = mid("/zcrpc.kv.Kv/Delete") + f_bytes(1, b"key")
+    s["ok-kv-scan"] = mid("/zcrpc.kv.Kv/Scan") + f_bytes(1, b"a") + f_bytes(2, b"z") + \
+        f_varint(3, 100)
+    s["bad-unknown-method"] = mid("/zcrpc.pbtest.Test/Nope") + f_bytes(1, b"x")
+    s["bad-short-id"] = b"\x01\x02"
+    s["bad-truncated-bytes"] = mid(test + "Echo") + key(15, 2) + varint(10) + b"abc"
+    s["bad-length-huge"] = mid(test + "Echo") + key(15, 2) + varint((1 << 63) - 1) + b"abc"
+    s["bad-varint-11-bytes"] = mid(test + "Echo") + key(3, 0) + b"\xff" * 10 + b"\x01"
+    s["bad-wire-type-7"] = mid(test + "Echo") + key(3, 7) + b"\x00"
+    s["bad-field-0"] = mid(test + "Echo") + key(0, 0) + b"\x00"
+    s["bad-nested-truncated"] = mid(test + "Echo") + f_bytes(17, f_bytes(3, inner)[:-2])
+    s["bad-deep-nesting"] = mid(test + "Echo") + (key(17, 2) + b"\x7f") * 3 + \
+        (key(3, 2) + b"\x7f") * 40
+    s["bad-packed-cut"] = mid(test + "Echo") + f_bytes(31, b"\x00" * 7)
+    s["bad-map-entry-cut"] = mid(test + "Echo") + f_bytes(50, f_bytes(1, b"k")[:-1])
+    s["bad-kv-put-wire-type"] = mid("/zcrpc.kv.Kv/Put") + key(1, 0) + varint(1)
+    return s
+
+
+TARGETS = {"frame": seeds, "hello": hello_seeds, "pb": pb_seeds}
+
+
 def main():
     check = "--check" in sys.argv[1:]
-    want = seeds()
-    total = sum(len(v) for v in want.values())
-    assert total < 100 * 1024, total
-    if check:
-        have = {n: open(os.path.join(OUT, n), "rb").read() for n in os.listdir(OUT)}
-        if have != want:
-            diff = sorted(set(have) ^ set(want)) or sorted(
-                n for n in want if have.get(n) != want[n])
-            print("corpus/frame differs from make_corpus.py:", ", ".join(diff))
-            return 1
-        print(f"corpus/frame: {len(want)} seeds, {total} bytes, up to date")
-        return 0
-    os.makedirs(OUT, exist_ok=True)
-    for n in os.listdir(OUT):
-        os.remove(os.path.join(OUT, n))
-    for n, data in sorted(want.items()):
-        with open(os.path.join(OUT, n), "wb") as f:
-            f.write(data)
-    print(f"wrote {len(want)} seeds ({total} bytes) to {OUT}")
-    return 0
+    rc = 0
+    for name, make in TARGETS.items():
+        out = os.path.join(CORPUS, name)
+        want = make()
+        total = sum(len(v) for v in want.values())
+        assert total < 100 * 1024, total
+        if check:
+            have = {n: open(os.path.join(out, n), "rb").read()
+                    for n in os.listdir(out)} if os.path.isdir(out) else {}
+            if have != want:
+                diff = sorted(set(have) ^ set(want)) or sorted(
+                    n for n in want if have.get(n) != want[n])
+                print(f"corpus/{name} differs from make_corpus.py:", ", ".join(diff))
+                rc = 1
+            else:
+                print(f"corpus/{name}: {len(want)} seeds, {total} bytes, up to date")
+            continue
+        os.makedirs(out, exist_ok=True)
+        for n in os.listdir(out):
+            os.remove(os.path.join(out, n))
+        for n, data in sorted(want.items()):
+            with open(os.path.join(out, n), "wb") as f:
+                f.write(data)
+        print(f"wrote {len(want)} seeds ({total} bytes) to {out}")
+    return rc
 
 
 if __name__ == "__main__":
