@@ -3,7 +3,9 @@
 #ifndef ZCRPC_BENCH_COMMON_H
 #define ZCRPC_BENCH_COMMON_H
 
+#ifndef _GNU_SOURCE /* g++ defines it (bench/grpc is C++) */
 #define _GNU_SOURCE
+#endif
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Turns the raw outputs of bench/run-in-guest.sh into results.json,
 results.csv, results.md and latency.png / bandwidth.png (gnuplot).
+Sources: perftest, rstream, ucx, zcrpc (zcrpc-*.jsonl) and grpc
+(grpc-*.jsonl from bench/grpc, the same JSON line format).
 
 Usage: bench/report.py OUTDIR       (reads OUTDIR/raw, OUTDIR/run.json)
 Exit status 1 when perftest or zcrpc produced no numbers at all.
@@ -115,11 +117,12 @@ for r in runs:
             "us" if "lat" in m.group(1) else "MiB/s", lat_avg_us=v[1], bw_avg_mib_s=v[3])
         r["ok"] = True
 
-# ---- zcrpc --------------------------------------------------------------------
+# ---- zcrpc and gRPC (one JSON object per line) ---------------------------------
 zc = {}
 zlat = {}
 for r in runs:
-    if not r["id"].startswith("zcrpc-"):
+    src = r["id"].split("-")[0]
+    if src not in ("zcrpc", "grpc"):
         continue
     for line in read(os.path.join(raw, r["id"] + ".jsonl")).splitlines():
         try:
@@ -128,13 +131,14 @@ for r in runs:
             continue
         b = j.get("bench", "")
         if b.endswith("_lat"):
-            zlat.setdefault((b, j["size"]), []).append(dict(j, run=r["id"]))
+            zlat.setdefault((src, b, j["size"]), []).append(dict(j, run=r["id"]))
         elif b.endswith("_bw"):
-            add("zcrpc", b, j["size"], "mib_s", j["mib_s"], "MiB/s", depth=j["depth"],
+            add(src, b, j["size"], "mib_s", j["mib_s"], "MiB/s", depth=j["depth"],
                 iters=j["iters"])
-        elif b == "zcrpc_rpc_tput":
-            add("zcrpc", b, j["size"], "calls_per_s", j["calls_per_s"], "calls/s",
-                conns=j["conns"], depth=j["depth"])
+        elif b.endswith("_tput"):
+            add(src, b, j["size"], "calls_per_s", j["calls_per_s"], "calls/s",
+                conns=j["conns"], depth=j["depth"],
+                **({"client": j["client"]} if "client" in j else {}))
         elif b.endswith("_stats"):
             zc[b + ":" + j.get("mode", "")] = j
             continue
@@ -143,10 +147,10 @@ for r in runs:
         r["ok"] = True
 
 # Several runs per latency test: keep the one with the median p50, list all.
-for (b, size), lst in sorted(zlat.items()):
+for (src, b, size), lst in sorted(zlat.items()):
     lst.sort(key=lambda j: j["rtt_p50_us"])
     j = lst[(len(lst) - 1) // 2]
-    add("zcrpc", b, size, "rtt_p50_us", j["rtt_p50_us"], "us", rtt_p99_us=j["rtt_p99_us"],
+    add(src, b, size, "rtt_p50_us", j["rtt_p50_us"], "us", rtt_p99_us=j["rtt_p99_us"],
         rtt_p999_us=j["rtt_p999_us"], iters=j["iters"], run=j["run"],
         runs_p50_us=[x["rtt_p50_us"] for x in lst])
 
@@ -200,9 +204,10 @@ for r in runs:
     if not r.get("ok"):
         failures.append({"id": r["id"], "exit": r["rc"], "command": r["cmd"],
                          "error": tail(r["file"]) or "(no output)"})
-failures.append({"id": "grpc", "exit": None, "command": "-",
-                 "error": "skipped: gRPC is not installed on the build machine and not "
-                          "part of the project's dependencies (TCP only anyway)"})
+grpc_status = read(os.path.join(out, "grpc-status.txt")).strip() or None
+# Where the gRPC traffic went: "id<TAB>veth0 rx_bytes +N<TAB>path" per run.
+grpc_link = [dict(zip(("id", "rx", "path"), l.split("\t")))
+             for l in read(os.path.join(raw, "grpc-link.txt")).splitlines() if l.count("\t") == 2]
 
 
 def get(source, test, size, metric=None):
@@ -223,6 +228,7 @@ for s in LAT_SIZES:
     wref = get("perftest", "ib_write_lat", s)
     t = get("zcrpc", "zcrpc_transport_lat", s)
     c = get("zcrpc", "zcrpc_rpc_lat", s)
+    g = get("grpc", "grpc_lat", s)
     ref_rtt = ref["rtt_p50_us"] if ref else None
     lat_rows.append({
         "size": s,
@@ -236,28 +242,39 @@ for s in LAT_SIZES:
         "rpc_p999_us": c["rtt_p999_us"] if c else None,
         "transport_ratio": ratio(t["value"] if t else None, ref_rtt),
         "rpc_ratio": ratio(c["value"] if c else None, ref_rtt),
+        "grpc_p50_us": g["value"] if g else None,
+        "grpc_p99_us": g["rtt_p99_us"] if g else None,
+        "grpc_p999_us": g["rtt_p999_us"] if g else None,
+        "grpc_ratio": ratio(g["value"] if g else None, ref_rtt),
     })
 
 bw_sizes = sorted({int(r["size"]) for r in records if r["test"] in
-                   ("ib_write_bw", "ib_send_bw", "zcrpc_transport_write_bw", "zcrpc_rpc_attach_bw")})
+                   ("ib_write_bw", "ib_send_bw", "zcrpc_transport_write_bw", "zcrpc_rpc_attach_bw",
+                    "grpc_bw")})
 bw_rows = []
 for s in bw_sizes:
     w = get("perftest", "ib_write_bw", s)
     sb = get("perftest", "ib_send_bw", s)
     t = get("zcrpc", "zcrpc_transport_write_bw", s)
     c = get("zcrpc", "zcrpc_rpc_attach_bw", s)
+    g = get("grpc", "grpc_bw", s)
     wv = w["value"] if w else None
     bw_rows.append({
         "size": s, "ib_write_bw": wv, "ib_send_bw": sb["value"] if sb else None,
         "transport_write": t["value"] if t else None, "rpc_attachment": c["value"] if c else None,
         "transport_ratio": ratio(t["value"] if t else None, wv),
-        "rpc_ratio": ratio(c["value"] if c else None, wv)})
+        "rpc_ratio": ratio(c["value"] if c else None, wv),
+        "grpc": g["value"] if g else None, "grpc_ratio": ratio(g["value"] if g else None, wv)})
 
 tput_rows = [{"conns": r["conns"], "depth": r["depth"], "size": r["size"],
               "calls_per_s": r["value"]} for r in records if r["test"] == "zcrpc_rpc_tput"]
+grpc_tput_rows = [{"conns": r["conns"], "depth": r["depth"], "size": r["size"],
+                   "calls_per_s": r["value"], "client": r.get("client")}
+                  for r in records if r["test"] == "grpc_tput"]
 
 results = {"run": run, "records": records, "latency": lat_rows, "bandwidth": bw_rows,
-           "throughput": tput_rows, "cpu": cpu, "perftest_settings": perftest_settings,
+           "throughput": tput_rows, "grpc_throughput": grpc_tput_rows,
+           "grpc_status": grpc_status, "grpc_link": grpc_link, "cpu": cpu, "perftest_settings": perftest_settings,
            "zcrpc_stats": zc, "not_run": failures, "runs": runs}
 with open(os.path.join(out, "results.json"), "w") as f:
     json.dump(results, f, indent=1)
@@ -297,35 +314,52 @@ md.append("Latency: round trip (RTT) in µs, one message each way, one in flight
           "Reference = 2 × ib_send_lat t_typical (perftest reports RTT/2).")
 md.append("")
 md.append("| size | 2×ib_send_lat | 2×ib_write_lat | transport p50 / p99 / p99.9 | ratio | "
-          "RPC p50 / p99 / p99.9 | ratio |")
-md.append("|---:|---:|---:|---:|---:|---:|---:|")
+          "RPC p50 / p99 / p99.9 | ratio | gRPC (TCP) p50 / p99 / p99.9 | ratio |")
+md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in lat_rows:
     md.append(f"| {hsize(r['size'])} | {fmt(r['perftest_send_rtt_us'])} | "
               f"{fmt(r['perftest_write_rtt_us'])} | {fmt(r['transport_p50_us'])} / "
               f"{fmt(r['transport_p99_us'])} / {fmt(r['transport_p999_us'])} | "
               f"{fmt(r['transport_ratio'], 2)} | {fmt(r['rpc_p50_us'])} / {fmt(r['rpc_p99_us'])}"
-              f" / {fmt(r['rpc_p999_us'])} | {fmt(r['rpc_ratio'], 2)} |")
+              f" / {fmt(r['rpc_p999_us'])} | {fmt(r['rpc_ratio'], 2)} | "
+              f"{fmt(r['grpc_p50_us'])} / {fmt(r['grpc_p99_us'])} / {fmt(r['grpc_p999_us'])} | "
+              f"{fmt(r['grpc_ratio'], 2)} |")
 md.append("")
-multi = [r for r in records if r["source"] == "zcrpc" and len(r.get("runs_p50_us", [])) > 1]
+multi = [r for r in records if r["source"] in ("zcrpc", "grpc") and
+         len(r.get("runs_p50_us", [])) > 1]
 if multi:
-    md.append("zcrpc latency runs (p50 of each process run; the median run is shown above): " +
+    md.append("Latency runs (p50 of each process run; the median run is shown above): " +
               "; ".join(f"{r['test'].replace('zcrpc_', '').replace('_lat', '')} {hsize(r['size'])}: "
                         + ", ".join(fmt(x) for x in r["runs_p50_us"]) for r in multi) + ".")
     md.append("")
-md.append("Bandwidth in MiB/s (perftest's MB/sec are MiB/s). Ratio = zcrpc / ib_write_bw "
-          "(perftest stops at 8 MiB, its MAX_SIZE).")
+md.append("Bandwidth in MiB/s (perftest's MB/sec are MiB/s). Ratio = zcrpc (or gRPC) / "
+          "ib_write_bw (perftest stops at 8 MiB, its MAX_SIZE).")
 md.append("")
-md.append("| size | ib_write_bw | ib_send_bw | zcrpc_conn_write | ratio | RPC attachment | ratio |")
-md.append("|---:|---:|---:|---:|---:|---:|---:|")
+md.append("| size | ib_write_bw | ib_send_bw | zcrpc_conn_write | ratio | RPC attachment | ratio "
+          "| gRPC (TCP) | ratio |")
+md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in bw_rows:
     md.append(f"| {hsize(r['size'])} | {fmt(r['ib_write_bw'])} | {fmt(r['ib_send_bw'])} | "
               f"{fmt(r['transport_write'])} | {fmt(r['transport_ratio'], 2)} | "
-              f"{fmt(r['rpc_attachment'])} | {fmt(r['rpc_ratio'], 2)} |")
+              f"{fmt(r['rpc_attachment'])} | {fmt(r['rpc_ratio'], 2)} | "
+              f"{fmt(r['grpc'])} | {fmt(r['grpc_ratio'], 2)} |")
 md.append("")
 if tput_rows:
     md.append("RPC throughput (16 B echo, 64 calls in flight per connection, one client thread):"
               " " + "; ".join(f"{r['conns']} conn: {r['calls_per_s']:.0f} calls/s"
                               for r in tput_rows) + ".")
+    md.append("")
+if grpc_tput_rows:
+    md.append("gRPC throughput (16 B Echo, 64 calls in flight per connection, one client thread "
+              "on one completion queue, synchronous server): " +
+              "; ".join(f"{r['conns']} conn: {r['calls_per_s']:.0f} calls/s"
+                        for r in grpc_tput_rows) + ".")
+    md.append("")
+if grpc_status:
+    paths = sorted({l["path"] for l in grpc_link})
+    md.append(f"gRPC peer: {grpc_status}" + (
+        f"; path {', '.join(paths)} ("
+        + ", ".join(f"{l['id']}: {l['rx']}" for l in grpc_link) + ")" if grpc_link else "") + ".")
     md.append("")
 if cpu:
     md.append(f"CPU (callgrind, client side, {cpu['calls']} calls of 16 B, sleeping progress): "
@@ -372,10 +406,12 @@ series(f"{pd}/lat_send.dat", [(r["size"], r["perftest_send_rtt_us"]) for r in la
 series(f"{pd}/lat_write.dat", [(r["size"], r["perftest_write_rtt_us"]) for r in lat_rows])
 series(f"{pd}/lat_transport.dat", [(r["size"], r["transport_p50_us"]) for r in lat_rows])
 series(f"{pd}/lat_rpc.dat", [(r["size"], r["rpc_p50_us"]) for r in lat_rows])
+series(f"{pd}/lat_grpc.dat", [(r["size"], r["grpc_p50_us"]) for r in lat_rows])
 series(f"{pd}/bw_write.dat", [(r["size"], r["ib_write_bw"]) for r in bw_rows])
 series(f"{pd}/bw_send.dat", [(r["size"], r["ib_send_bw"]) for r in bw_rows])
 series(f"{pd}/bw_transport.dat", [(r["size"], r["transport_write"]) for r in bw_rows])
 series(f"{pd}/bw_rpc.dat", [(r["size"], r["rpc_attachment"]) for r in bw_rows])
+series(f"{pd}/bw_grpc.dat", [(r["size"], r["grpc"]) for r in bw_rows])
 def xtics(sizes):
     return "set xtics (" + ", ".join(f'"{hsize(x).replace(" ", "")}" {x}' for x in sizes) + ")"
 
@@ -388,12 +424,13 @@ set key top left
 set offsets graph 0.05, graph 0.05, 0, 0
 {xtics(LAT_SIZES)}
 set output '{out}/latency.png'
-set title 'Round trip (p50) vs message size: zcrpc and 2 x perftest t\\_typical (rxe, QEMU TCG)'
+set title 'Round trip (p50) vs message size: zcrpc, gRPC and 2 x perftest t\\_typical (rxe, QEMU TCG)'
 set xlabel 'message size'
 set ylabel 'RTT [us] (log scale)'
 set logscale y
 plot '{pd}/lat_send.dat' w lp t '2 x ib\\_send\\_lat', '{pd}/lat_write.dat' w lp t '2 x ib\\_write\\_lat', \\
-     '{pd}/lat_transport.dat' w lp t 'zcrpc transport', '{pd}/lat_rpc.dat' w lp t 'zcrpc RPC'
+     '{pd}/lat_transport.dat' w lp t 'zcrpc transport', '{pd}/lat_rpc.dat' w lp t 'zcrpc RPC', \\
+     '{pd}/lat_grpc.dat' w lp t 'gRPC (TCP)'
 {xtics(bw_sizes or [4096])}
 set output '{out}/bandwidth.png'
 set title 'Bandwidth vs payload size (rxe, QEMU TCG)'
@@ -402,7 +439,8 @@ set ylabel 'MiB/s'
 unset logscale y
 set yrange [0:*]
 plot '{pd}/bw_write.dat' w lp t 'ib\\_write\\_bw', '{pd}/bw_send.dat' w lp t 'ib\\_send\\_bw', \\
-     '{pd}/bw_transport.dat' w lp t 'zcrpc\\_conn\\_write', '{pd}/bw_rpc.dat' w lp t 'zcrpc RPC attachment'
+     '{pd}/bw_transport.dat' w lp t 'zcrpc\\_conn\\_write', '{pd}/bw_rpc.dat' w lp t 'zcrpc RPC attachment', \\
+     '{pd}/bw_grpc.dat' w lp t 'gRPC (TCP)'
 """
 with open(os.path.join(pd, "plots.gp"), "w") as f:
     f.write(gp)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark in sequence inside the Soft-RoCE guest (started by
 # scripts/bench through scripts/rxe-vm): perftest, rstream, ucx_perftest,
-# the zcrpc programs and a callgrind run of the RPC client. Raw outputs go
+# the zcrpc programs, the gRPC peer (TCP across the veth pair) and a
+# callgrind run of the RPC client. Raw outputs go
 # to OUTDIR/raw (one file per run, plus runs.tsv listing each run's command
 # and exit status); progress goes to stderr. Never fails on a reference
 # that does not run: its command and error are kept for the report.
@@ -13,7 +14,13 @@ raw=$out/raw
 mkdir -p "$raw"
 : >"$raw/runs.tsv"
 A0=${ZCRPC_RXE_ADDR0:?not in the rxe guest}
+A1=${ZCRPC_RXE_ADDR1:-192.0.2.2}
 D0=${ZCRPC_RXE_DEV0:-rxe0}
+# The gRPC peer: built by scripts/bench when gRPC was found; its status
+# line ("built: ..." or "not built: why") is in OUTDIR/grpc-status.txt.
+grpc_status=$(cat "$out/grpc-status.txt" 2>/dev/null || echo "not built: no grpc-status.txt")
+grpc_on=
+case $grpc_status in built:*) [ -x "$bin/zcrpc_bench_grpc" ] && grpc_on=1 ;; esac
 
 lat_sizes="16 256 4096"
 bw_sizes="4096 65536 262144 1048576 4194304 8388608"
@@ -21,12 +28,17 @@ z_bw_sizes="4K,64K,256K,1M,4M,8M,16M,64M"
 if [ "$quick" = --quick ]; then
   lat_n=200 lat_w=20 bw_total=$((8 << 20)) tput_secs=1 cg_calls=50 rs_opts="-S 4096 -C 100"
   bw_sizes="4096 65536 262144" z_bw_sizes="4K,64K,1M,16M" lat_reps=1
+  # gRPC: one tiny 16-byte latency run only (its calls take milliseconds
+  # in the guest and its start seconds; the step must stay within 20 s)
+  g_lat_sizes=16 g_lat_n=30 g_lat_w=5 g_tput_conns="" g_bw_sizes=""
 else
   lat_n=3000 lat_w=300 bw_total=$((64 << 20)) tput_secs=5 cg_calls=1000 rs_opts=""
-  lat_reps=3
+  lat_reps=3 g_lat_sizes=16,256,4K g_lat_n=$lat_n g_lat_w=$lat_w g_tput_conns="1 4" g_bw_sizes=$z_bw_sizes
 fi
 nbw=$(echo $bw_sizes | wc -w)
-nsteps=$(( 6 + 2 * nbw + 1 + 1 + 2 * lat_reps + 2 + 2 + 1 ))
+ngrpc=1
+[ -z "$grpc_on" ] || ngrpc=$(( lat_reps + $(echo $g_tput_conns | wc -w) + $(echo $g_bw_sizes | wc -w | sed 's/[1-9][0-9]*/1/') ))
+nsteps=$(( 6 + 2 * nbw + 1 + 1 + 2 * lat_reps + 2 + 2 + ngrpc + 1 ))
 step=0
 port=19100
 t_start=$(date +%s)
@@ -159,6 +171,56 @@ progress "zcrpc transport write bandwidth ($z_bw_sizes)"
 zrun zcrpc-transport-bw 900 "$bin/zcrpc_bench_transport" -m bw -s "$z_bw_sizes" -B "$bw_total"
 progress "zcrpc RPC attachment bandwidth ($z_bw_sizes)"
 zrun zcrpc-rpc-bw 900 "$bin/zcrpc_bench_rpc" -m bw -s "$z_bw_sizes" -B "$bw_total"
+
+# ---- gRPC over TCP ---------------------------------------------------------------
+# One server process (gRPC's synchronous server) on A0, the clients in
+# sequence as separate processes. Their TCP traffic crosses the veth pair:
+# for the gRPC ports only, a rule sends locally sent packets to A0 out of
+# A1's veth (table 100 of scripts/rxe-vm's route_across_veth), so the
+# client's source is A1; the server's replies to A1 take the existing rule
+# back. veth byte counters before and after prove it (grpc-link.txt).
+grpc_run() { # grpc_run ID TIMEOUT ARGS...
+  local id=$1 to=$2 n0 n1; shift 2
+  n0=$(cat "/sys/class/net/$g_dev0/statistics/rx_bytes" 2>/dev/null || echo 0)
+  timeout "$to" "$bin/zcrpc_bench_grpc" -r client -a "$A0" -p $g_port "$@" \
+    >"$raw/$id.jsonl" 2>"$raw/$id.log"
+  local rc=$?
+  n1=$(cat "/sys/class/net/$g_dev0/statistics/rx_bytes" 2>/dev/null || echo 0)
+  printf '%s\t%s rx_bytes +%s\t%s\n' "$id" "$g_dev0" $(( n1 - n0 )) "$g_link" >>"$raw/grpc-link.txt"
+  record "$id" $rc "$raw/$id.log" "$bin/zcrpc_bench_grpc -r client -a $A0 -p $g_port $*"
+}
+if [ -n "$grpc_on" ]; then
+  port=$((port + 1))
+  g_port=$port
+  g_dev0=$(ip -o -4 addr show to "$A0/32" | awk '{print $2; exit}')
+  g_link="veth: $A1 -> $A0"
+  if ! err=$(ip rule add pref 9 iif lo to "$A0/32" ipproto tcp dport $g_port lookup 100 2>&1); then
+    g_link="loopback (ip rule failed: $err)"
+    echo "    gRPC: $g_link" >&2
+  fi
+  : >"$raw/grpc-link.txt"
+  "$bin/zcrpc_bench_grpc" -r server -a "$A0" -p $g_port >/dev/null 2>"$raw/grpc-server.log" &
+  spid=$!
+  for _ in $(seq 100); do grep -q listening "$raw/grpc-server.log" && break; sleep 0.2; done
+  for rep in $(seq $lat_reps); do
+    progress "gRPC latency ($g_lat_sizes B; $g_lat_n calls, blocking stub) run $rep/$lat_reps"
+    grpc_run "grpc-lat-$rep" 900 -m lat -s "$g_lat_sizes" -n "$g_lat_n" -w "$g_lat_w"
+  done
+  for c in $g_tput_conns; do
+    progress "gRPC throughput ($c connection(s) x 64 in flight, async client, ${tput_secs}s)"
+    grpc_run "grpc-tput-$c" 120 -m tput -c $c -d 64 -T "$tput_secs"
+  done
+  if [ -n "$g_bw_sizes" ]; then
+    progress "gRPC bandwidth ($g_bw_sizes)"
+    grpc_run grpc-bw 900 -m bw -s "$g_bw_sizes" -B "$bw_total"
+  fi
+  kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+  ip rule del pref 9 2>/dev/null
+else
+  progress "gRPC: $grpc_status"
+  echo "$grpc_status" >"$raw/grpc-not-built.txt"
+  record grpc-lat-1 127 "$raw/grpc-not-built.txt" "$bin/zcrpc_bench_grpc (not built)"
+fi
 
 # ---- CPU cost: callgrind on the RPC client --------------------------------------
 progress "callgrind: RPC client, $cg_calls calls of 16 B (server not traced)"
