@@ -50,6 +50,8 @@ struct ccall {
 	unsigned granted : 1; /* we granted the server a reply target */
 	unsigned revoking : 1; /* ZOMBIE: its window is being revoked */
 	unsigned cancel_after_write : 1; /* send CANCEL once our write is done */
+	unsigned deliver_late : 1; /* ZOMBIE over the caller's reply_into:
+				    * its callback runs when the grant ends */
 	zcrpc_grant *reply_grant; /* the window over the reply target */
 	int64_t zombie_deadline_ns;
 	zcrpc_status pending_status; /* completion waiting for a write */
@@ -145,10 +147,23 @@ static void release_buffers(zcrpc_channel *ch, struct ccall *c)
 	c->dst_buf = NULL;
 }
 
+static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r);
+
 static void free_call(zcrpc_channel *ch, struct ccall *c)
 {
-	if (c->state == CS_ZOMBIE)
+	if (c->state == CS_ZOMBIE) {
 		list_del(&ch->zombies, c);
+		if (c->deliver_late) {
+			/* The caller's reply_into is no longer granted. */
+			zcrpc_reply r;
+
+			c->deliver_late = 0;
+			memset(&r, 0, sizeof(r));
+			r.status = c->status;
+			r.message = c->message;
+			deliver(ch, c, &r);
+		}
+	}
 	c->granted = 0;
 	c->revoking = 0;
 	c->reply_grant = NULL;
@@ -283,10 +298,15 @@ static void run_done(zcrpc_channel *ch)
 		memset(&r, 0, sizeof(r));
 		r.status = c->status;
 		r.message = c->message;
-		deliver(ch, c, &r);
+		/* The caller's own reply_into memory is handed back only once
+		 * the server can no longer write into it. */
+		c->deliver_late = c->granted && c->conn && c->has_reply_into;
+		if (!c->deliver_late)
+			deliver(ch, c, &r);
 		/* A call whose reply target is granted stays (generation
-		 * checked) until the server's write lands or the connection
-		 * goes, so the target is never reused under that write. */
+		 * checked) until the server's write lands and its window is
+		 * revoked, or the connection goes, so the target is never
+		 * reused under that write. */
 		if (c->granted && c->conn) {
 			c->state = CS_ZOMBIE;
 			c->zombie_deadline_ns = zcrpc__now_ns() + ZCRPC_GRANT_GRACE_NS;
@@ -681,9 +701,10 @@ static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 		ch->st.late_replies++;
 		return;
 	}
-	if (c->state == CS_ZOMBIE && !c->revoking) {
-		/* The write we waited for landed: the server can write no
-		 * more; free the call once the window is revoked. */
+	if ((c->state == CS_ZOMBIE || (c->state == CS_DONE && c->granted)) &&
+	    !c->revoking) {
+		/* Completed (its callback may still be queued) while the
+		 * server wrote: the write landed, so it can write no more. */
 		c->revoking = 1;
 		if (zcrpc_grant_revoke(c->reply_grant, (void *)(uintptr_t)imm) !=
 		    ZCRPC_OK)
@@ -712,8 +733,13 @@ static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 
 	if (!c || c->conn != conn)
 		return;
-	if (c->state == CS_ZOMBIE && c->revoking) {
-		free_call(ch, c); /* a failed revoke means a dead QP: safe too */
+	if (c->revoking) {
+		/* The grant is over (a failed revoke means a dead QP: safe
+		 * too). A call still on the done list is freed by run_done. */
+		c->revoking = 0;
+		c->granted = 0;
+		if (c->state == CS_ZOMBIE)
+			free_call(ch, c);
 		return;
 	}
 	if (c->state != CS_REPLY_REVOKING || st != ZCRPC_OK)
@@ -867,7 +893,7 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	for (i = 0; i < ch->ncalls; i++) {
 		struct ccall *c = &ch->calls[i];
 
-		if (c->state == CS_WRITING)
+		if (c->state == CS_WRITING || c->state == CS_REPLY_REVOKING)
 			c->state = CS_SENT; /* its connection goes below */
 		if (c->state != CS_FREE && c->state != CS_DONE &&
 		    c->state != CS_ZOMBIE)
@@ -999,6 +1025,7 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	c->granted = 0;
 	c->revoking = 0;
 	c->cancel_after_write = 0;
+	c->deliver_late = 0;
 	c->reply_grant = NULL;
 	memset(&c->reply, 0, sizeof(c->reply));
 	c->max_reply = co.max_reply;

@@ -96,6 +96,9 @@ zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
 				 strerror(rc));
 		return ZCRPC_UNAVAILABLE;
 	}
+	/* The provider passes mw->rkey as the window's current key with the
+	 * next bind (rxe checks it), and does not update it itself. */
+	g->mw->rkey = rkey;
 	g->rkey = rkey;
 	g->state = ZCRPC_MW_BOUND;
 	g->answered = 0;

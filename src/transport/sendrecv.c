@@ -494,10 +494,14 @@ static void on_write_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
 static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 {
 	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
-		int probe = wc->status != IBV_WC_SUCCESS &&
-			    wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail &&
-			    c->sq[wc->wr_id % c->sq_size].kind ==
-				    ZCRPC_SQ_KEEPALIVE;
+		static const char *const kinds[] = {"?", "send", "RDMA write",
+						    "keepalive", "memory window bind",
+						    "memory window invalidate"};
+		int kind = wc->status != IBV_WC_SUCCESS &&
+				   wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail
+			   ? c->sq[wc->wr_id % c->sq_size].kind
+			   : 0;
+		int probe = kind == ZCRPC_SQ_KEEPALIVE;
 
 		sq_complete(c, wc->wr_id, wc->status);
 		if (wc->status == IBV_WC_SUCCESS)
@@ -511,7 +515,8 @@ static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 					 "peer unreachable: keepalive failed (%s)",
 					 ibv_wc_status_str(wc->status));
 		else
-			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion: %s",
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion (%s): %s",
+					 kinds[kind <= ZCRPC_SQ_INV ? kind : 0],
 					 ibv_wc_status_str(wc->status));
 		return;
 	}
