@@ -828,3 +828,123 @@ TEST_F(Grants, ThreeHundredGrantWriteRevokeCyclesReuseQuarantinedWindows)
 	EXPECT_EQ(ts.grants, 300u);
 	EXPECT_EQ(ts.revokes, 300u);
 }
+
+// T14 (RPC, timeout): a call whose reply target (the caller's reply_into)
+// is granted when its deadline passes completes only once the server can no
+// longer write there: the honest server's late write lands and ends the
+// grant (no connection lost), the window is revoked, then the callback runs
+// with DEADLINE_EXCEEDED. A second write through the old rkey fails, and
+// the memory, reused by the caller meanwhile, is unchanged.
+TEST_F(Grants, T14ReplyIntoIsHandedBackOnlyAfterRevocationWhenTheCallTimesOut)
+{
+	// The server: frames by hand on a raw transport listener.
+	zcrpc_worker *sw = nullptr, *cw = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &sw), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &cw), ZCRPC_OK);
+	std::unique_ptr<uint8_t[]> ssrc(new uint8_t[2 * kBuf]);
+	for (size_t k = 0; k < 2 * kBuf; k++)
+		ssrc[k] = static_cast<uint8_t>(k < kBuf ? 0x10 + (k & 15) : 0x60 + (k & 15));
+	zcrpc_mr *smr = nullptr;
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(sw), ssrc.get(), 2 * kBuf, 0, &smr),
+		  ZCRPC_OK);
+	std::unique_ptr<Peer> sp;
+	zcrpc_listen_opts lo;
+	zcrpc_listen_opts_init(&lo);
+	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
+		auto *p = static_cast<std::unique_ptr<Peer> *>(a);
+		p->reset(new Peer);
+		(*p)->c = c;
+		(*p)->established = 1;
+		auto h = (*p)->Handlers();
+		zcrpc_conn_set_handlers(c, &h);
+	};
+	lo.arg = &sp;
+	zcrpc_listener *l = nullptr;
+	ASSERT_EQ(zcrpc_listen(sw, env_.addr0.c_str(), "0", &lo, &l), ZCRPC_OK);
+
+	// The caller's reply_into: 64 KiB between two 64 KiB canary zones.
+	std::unique_ptr<uint8_t[]> mem(new uint8_t[3 * kBuf]);
+	std::memset(mem.get(), kCanary, 3 * kBuf);
+	zcrpc_mr *dmr = nullptr;
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(cw), mem.get(), 3 * kBuf,
+				    ZCRPC_MR_REMOTE_WRITE, &dmr),
+		  ZCRPC_OK);
+	zcrpc_channel *ch = nullptr;
+	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(),
+				       std::to_string(zcrpc_listener_port(l)).c_str(), nullptr, &ch),
+		  ZCRPC_OK);
+	std::vector<zcrpc_worker *> ws{sw, cw};
+	zcrpc_bulk into{dmr, kBuf, kBuf};
+	zcrpc_call_opts o;
+	zcrpc_call_opts_init(&o);
+	o.reply_into = &into;
+	o.timeout_us = 300000;
+	Result res;
+	uint32_t v = 1;
+	ASSERT_EQ(zcrpc_call_async(ch, zcrpc_method_id(kBig), &v, sizeof(v), &o, Collect, &res,
+				   nullptr),
+		  ZCRPC_OK);
+	auto frame = [&](zcrpc_frame *f) {
+		char why[128];
+		return sp && !sp->got.empty() &&
+		       zcrpc__frame_decode(sp->got.back().data(), sp->got.back().size(), f, why,
+					   sizeof(why)) == ZCRPC_OK;
+	};
+	zcrpc_frame req, g;
+	ASSERT_TRUE(Drive(ws, [&] { return frame(&req); }, Scaled(10000)));
+	ASSERT_EQ(req.type, ZCRPC_FRAME_REQUEST);
+	auto t0 = steady_clock::now();
+	// REPLY announcing a bulk payload; the client grants its reply_into.
+	zcrpc_frame rep{};
+	rep.type = ZCRPC_FRAME_REPLY;
+	rep.call_id = req.call_id;
+	rep.flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK;
+	rep.bulk_len = kBuf;
+	rep.bulk_token = 0x1234;
+	uint8_t hdr[ZCRPC_FRAME_HDR_LEN];
+	zcrpc__frame_encode(&rep, hdr);
+	ASSERT_EQ(zcrpc_conn_send(sp->c, hdr, sizeof(hdr)), ZCRPC_OK);
+	ASSERT_TRUE(Drive(ws, [&] { return sp->got.size() == 2; }, Scaled(10000)));
+	ASSERT_TRUE(frame(&g));
+	ASSERT_EQ(g.type, ZCRPC_FRAME_BULK_GRANT);
+	EXPECT_EQ(g.bulk_addr, reinterpret_cast<uintptr_t>(mem.get()) + kBuf);
+	EXPECT_EQ(g.bulk_len, kBuf);
+	// Past the deadline the callback has not run: the target is granted.
+	Drive(ws, [&] { return steady_clock::now() > t0 + 600ms; }, Scaled(10000));
+	EXPECT_EQ(res.calls, 0) << "reply_into handed back while still granted";
+	// The honest (late) write lands; the window is revoked; the callback runs.
+	zcrpc_remote_region r{g.bulk_addr, g.bulk_len, g.bulk_rkey, 0};
+	uint32_t imm = g.bulk_token;
+	ASSERT_EQ(zcrpc_conn_write(sp->c, smr, 0, kBuf, &r, 0, &imm, nullptr), ZCRPC_OK);
+	ASSERT_TRUE(Drive(ws, [&] { return res.calls > 0; }, Scaled(10000)));
+	EXPECT_EQ(res.calls, 1);
+	EXPECT_EQ(res.status, ZCRPC_DEADLINE_EXCEEDED);
+	ASSERT_EQ(sp->writes.size(), 1u);
+	EXPECT_EQ(sp->writes[0], ZCRPC_OK) << "the honest late write";
+	EXPECT_EQ(std::memcmp(mem.get() + kBuf, ssrc.get(), kBuf), 0);
+	zcrpc_worker_stats cs;
+	zcrpc_worker_get_stats(cw, &cs);
+	EXPECT_EQ(cs.grants, 1u);
+	EXPECT_EQ(cs.revokes, 1u);
+	EXPECT_EQ(cs.conns, 1u) << "the honest server's connection survived";
+	// The caller reuses its memory; a second write through the old rkey.
+	std::memset(mem.get() + kBuf, 0x3c, kBuf);
+	ASSERT_EQ(zcrpc_conn_write(sp->c, smr, kBuf, kBuf, &r, 0, nullptr, nullptr), ZCRPC_OK);
+	ASSERT_TRUE(Drive(ws, [&] { return sp->closed > 0; }, Scaled(10000)));
+	ASSERT_EQ(sp->writes.size(), 2u);
+	EXPECT_EQ(sp->writes[1], ZCRPC_UNAVAILABLE);
+	EXPECT_NE(sp->error.find("remote access error"), std::string::npos) << sp->error;
+	for (size_t k = 0; k < 3 * kBuf; k++) {
+		uint8_t want = k >= kBuf && k < 2 * kBuf ? 0x3c : kCanary;
+		if (mem[k] != want) {
+			ADD_FAILURE() << "byte " << k << " changed";
+			break;
+		}
+	}
+	zcrpc_channel_destroy(ch);
+	zcrpc_listener_destroy(l);
+	zcrpc_worker_destroy(cw);
+	zcrpc_worker_destroy(sw);
+	zcrpc_mr_deregister(dmr);
+	zcrpc_mr_deregister(smr);
+}
