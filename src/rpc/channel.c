@@ -787,10 +787,17 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 			continue;
 		if (now >= c->zombie_deadline_ns) {
 			/* The server holds a grant it does not use: only
-			 * tearing the connection down ends it safely. */
-			ch->st.grant_timeouts++;
+			 * tearing the connection down ends it safely. Closing
+			 * answers revokes, which may free other zombies: scan
+			 * again on the next run. */
 			c->zombie_deadline_ns = now + ZCRPC_GRANT_GRACE_NS;
-			zcrpc_conn_close(c->conn);
+			if (!c->conn->closing &&
+			    c->conn->state == ZCRPC_CONN_ESTABLISHED) {
+				ch->st.grant_timeouts++;
+				zcrpc_conn_close(c->conn);
+				next_due = now;
+				break;
+			}
 			continue;
 		}
 		if (!next_due || c->zombie_deadline_ns < next_due)

@@ -175,8 +175,8 @@ zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx)
 	g->answered = 0;
 	g->user_ctx = user_ctx;
 	if (c->mw.used < c->mw.depth && !c->mw.inv_head) {
-		if (post_inv(c, g))
-			return ZCRPC_OK; /* failed the connection: answered */
+		/* A failed post fails the connection, which answers. */
+		post_inv(c, g);
 		return ZCRPC_OK;
 	}
 	g->qnext = NULL;
