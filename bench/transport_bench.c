@@ -102,7 +102,7 @@ static void srv_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 
 	(void)l;
 	/* Every connection learns where it may write (the bw mode uses it). */
-	st = zcrpc_mr_grant(s->mr, conn, 0, g_region, &r);
+	st = zcrpc_mr_grant(s->mr, conn, 0, g_region, &r, NULL); /* lasts as long as the connection */
 	if (st == ZCRPC_OK) {
 		zcrpc_remote_region_encode(&r, buf);
 		st = zcrpc_conn_send(conn, buf, sizeof(buf));

@@ -104,7 +104,7 @@ typedef struct zcrpc_call_opts {
 	const zcrpc_md *md;	    /**< request metadata (copied at submission) */
 	size_t n_md;
 	const zcrpc_bulk *attachment; /**< sent in place by RDMA WRITE; keep it unchanged until the call completes */
-	const zcrpc_bulk *reply_into; /**< registered memory (ZCRPC_MR_REMOTE_WRITE) the reply's attachment lands in */
+	const zcrpc_bulk *reply_into; /**< registered memory (ZCRPC_MR_REMOTE_WRITE) the reply's attachment lands in; the server may write it only through a window revoked before the callback runs */
 	size_t max_reply;	    /**< largest reply payload + attachment accepted; 0 = no limit */
 } zcrpc_call_opts;
 
@@ -198,6 +198,12 @@ typedef struct zcrpc_channel_stats {
 	uint64_t copied_bytes;	 /**< bytes copied by zcrpc_call_async / zcrpc_call / plain attachments */
 	uint32_t in_flight;	 /**< calls alive now */
 	uint32_t pending;	 /**< of which waiting to be sent */
+	/**
+	 * Connections torn down because the server held a reply grant of a
+	 * completed call without writing for 10 s (an honest server never
+	 * does: it writes as soon as it has the grant).
+	 */
+	uint64_t grant_timeouts;
 } zcrpc_channel_stats;
 
 ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,

@@ -210,6 +210,14 @@ typedef struct zcrpc_conn_handlers {
 	 * refusal episode. May be NULL.
 	 */
 	void (*on_writable)(zcrpc_conn *conn, void *arg);
+	/**
+	 * A zcrpc_grant_revoke() finished: OK once no peer write can reach
+	 * the window any more, UNAVAILABLE when the connection failed or
+	 * closed first. Runs exactly once per accepted revoke, before the
+	 * connection's CLOSED callback. May be NULL.
+	 */
+	void (*on_revoked)(zcrpc_conn *conn, void *user_ctx,
+			   zcrpc_status status, void *arg);
 } zcrpc_conn_handlers;
 
 /** Active-side connect settings. Initialise with zcrpc_connect_opts_init(). */
@@ -356,14 +364,18 @@ ZCRPC_API zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *conn, zcrpc_msg *m,
 ZCRPC_API zcrpc_status zcrpc_conn_recv_keep(zcrpc_conn *conn, zcrpc_msg *out);
 
 /** Access flags for zcrpc_mr_register(). */
-#define ZCRPC_MR_REMOTE_WRITE 0x1u /**< peers may RDMA WRITE into it */
+#define ZCRPC_MR_REMOTE_WRITE 0x1u /**< may be granted to peers as a write target (zcrpc_mr_grant) */
 
 /**
  * zcrpc_mr_register - register @len bytes at @addr on every device of @ctx,
  * once, so they can be the source of zcrpc_conn_write() on any connection
  * of a worker using @ctx, or (with ZCRPC_MR_REMOTE_WRITE) a write target
- * granted with zcrpc_mr_grant(). The memory stays the caller's and must
- * outlive the registration; nothing is copied.
+ * granted with zcrpc_mr_grant(). The registration itself never grants
+ * remote access: with ZCRPC_MR_REMOTE_WRITE it is registered for local
+ * write and memory-window binding only (IBV_ACCESS_MW_BIND, never
+ * IBV_ACCESS_REMOTE_WRITE), so its own rkey lets no peer in; peers write
+ * only through the windows zcrpc_mr_grant() binds. The memory stays the
+ * caller's and must outlive the registration; nothing is copied.
  * Errors: INVALID_ARGUMENT, RESOURCE_EXHAUSTED (pinning refused: check
  * `ulimit -l`).
  */
@@ -371,7 +383,8 @@ ZCRPC_API zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr,
 					 size_t len, unsigned flags,
 					 zcrpc_mr **out);
 
-/** Deregisters @mr (no write may still use it). NULL is a no-op. */
+/** Deregisters @mr (no write may still use it, and every grant on it must
+ * have been revoked or its connection destroyed). NULL is a no-op. */
 ZCRPC_API void zcrpc_mr_deregister(zcrpc_mr *mr);
 
 /** Where a peer may write: address, length and key, for one connection. */
@@ -385,16 +398,59 @@ typedef struct zcrpc_remote_region {
 /** Bytes of an encoded zcrpc_remote_region (docs/protocol.md §5). */
 #define ZCRPC_REMOTE_REGION_LEN 24
 
+/** A revocable grant: one memory window bound on one connection. */
+typedef struct zcrpc_grant zcrpc_grant;
+
 /**
- * zcrpc_mr_grant - describe @len bytes at @offset of @mr for the peer of
- * @conn to write into. Send the description to the peer (encoded with
- * zcrpc_remote_region_encode()). The grant lasts as long as the
- * registration. Errors: INVALID_ARGUMENT, FAILED_PRECONDITION (@mr lacks
- * ZCRPC_MR_REMOTE_WRITE, or @conn is closed), OUT_OF_RANGE.
+ * zcrpc_mr_grant - let the peer of @conn RDMA WRITE into exactly @len bytes
+ * at @offset of @mr, until the grant is revoked. A type-2 memory window of
+ * the worker's protection domain is bound to that range on @conn's queue
+ * pair (an IBV_WR_BIND_MW on its send queue, which costs a send-queue slot
+ * but no peer credit); *@out describes it with the window's rkey, which no
+ * other connection can use and which reaches nothing outside the range.
+ * Send the description to the peer (zcrpc_remote_region_encode()) AFTER
+ * this call: the bind precedes every later send on the connection. A
+ * window whose bind fails fails the connection (UNAVAILABLE).
+ *
+ * Ownership: *@grant belongs to the caller until it passes it to
+ * zcrpc_grant_revoke() (exactly once), or until the connection is
+ * destroyed, which frees every grant of it. @grant may be NULL: the window
+ * then stays bound until the connection closes. Grants of a connection
+ * that closed grant nothing any more (its queue pair is in error).
+ * @mr must outlive the grant.
+ * Errors: INVALID_ARGUMENT (NULL, zero length, @mr of another context),
+ * FAILED_PRECONDITION (@mr lacks ZCRPC_MR_REMOTE_WRITE, or @conn is not
+ * ESTABLISHED or is closing), OUT_OF_RANGE, RESOURCE_EXHAUSTED (no memory
+ * window could be allocated, or the connection's send queue has no room
+ * for the bind right now: progress and retry).
  */
-ZCRPC_API zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr,
-				      const zcrpc_conn *conn, size_t offset,
-				      size_t len, zcrpc_remote_region *out);
+ZCRPC_API zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr, zcrpc_conn *conn,
+				      size_t offset, size_t len,
+				      zcrpc_remote_region *out,
+				      zcrpc_grant **grant);
+
+/**
+ * zcrpc_grant_revoke - revoke @g: an IBV_WR_LOCAL_INV of its window is
+ * posted (a send-queue slot, no peer credit), and the connection's
+ * on_revoked(@user_ctx) handler runs exactly once from a later
+ * zcrpc_worker_progress(): with OK once the invalidate completed — from
+ * then on no write of the peer can reach the memory (a write through the
+ * old rkey fails the peer's connection with a remote access error) — or
+ * with UNAVAILABLE when the connection failed or closed first (its queue
+ * pair is in error, so nothing can be written either), always before the
+ * connection's CLOSED callback. Only then may the memory be reused or
+ * read as final.
+ *
+ * A peer write already on the wire when the window is invalidated fails
+ * the peer's connection: revoke only when the peer can no longer write
+ * (its write-with-immediate arrived, or it acknowledged a cancellation),
+ * unless the peer is not trusted.
+ * @g is the library's from this call on (also on error). Returns OK, or
+ * UNAVAILABLE when the connection is already closed or closing: the window
+ * is gone with its queue pair, nothing can be written, and on_revoked does
+ * not run. INVALID_ARGUMENT for NULL.
+ */
+ZCRPC_API zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx);
 
 /** Writes @r as ZCRPC_REMOTE_REGION_LEN little-endian bytes into @buf. */
 ZCRPC_API void zcrpc_remote_region_encode(const zcrpc_remote_region *r,
@@ -467,6 +523,8 @@ typedef struct zcrpc_conn_stats {
 	uint32_t peer_max_msg;		 /**< largest message the peer accepts */
 	uint32_t max_inline;		 /**< inline size the QP was granted */
 	uint64_t keepalives_sent;	 /**< keepalive probes posted */
+	uint64_t grants;		 /**< memory windows bound (zcrpc_mr_grant) */
+	uint64_t revokes;		 /**< windows invalidated (zcrpc_grant_revoke completed) */
 } zcrpc_conn_stats;
 
 /** Copies the connection's counters into @out. */
@@ -488,6 +546,8 @@ typedef struct zcrpc_worker_stats {
 	uint64_t keepalives_sent;    /**< keepalive probes posted */
 	uint64_t async_events;	     /**< device async events this worker acted on
 				      *   (port down/up, QP/CQ errors) */
+	uint64_t grants;	     /**< memory windows bound */
+	uint64_t revokes;	     /**< windows invalidated */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

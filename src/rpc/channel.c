@@ -19,9 +19,15 @@ enum cstate {
 	CS_SENT,	 /* request sent, waiting for the reply (or a grant) */
 	CS_WRITING,	 /* our bulk part is being written */
 	CS_REPLY_BULK,	 /* reply announced a bulk part; we granted, waiting */
+	CS_REPLY_REVOKING, /* its bulk part landed; revoking before the callback */
 	CS_DONE,	 /* completed; waiting for its callback (done list) */
 	CS_ZOMBIE,	 /* completed, but the server may still write into our grant */
 };
+
+/* A completed call whose reply target is granted waits this long for the
+ * server's write (which an honest server always posts once it has the
+ * grant) before the connection is torn down to end the grant. */
+#define ZCRPC_GRANT_GRACE_NS (10000LL * 1000000LL)
 
 struct ccall {
 	uint32_t gen;
@@ -42,6 +48,12 @@ struct ccall {
 	unsigned payload_in_bulk : 1;
 	unsigned write_pending_status : 1;
 	unsigned granted : 1; /* we granted the server a reply target */
+	unsigned revoking : 1; /* ZOMBIE: its window is being revoked */
+	unsigned cancel_after_write : 1; /* send CANCEL once our write is done */
+	unsigned deliver_late : 1; /* ZOMBIE over the caller's reply_into:
+				    * its callback runs when the grant ends */
+	zcrpc_grant *reply_grant; /* the window over the reply target */
+	int64_t zombie_deadline_ns;
 	zcrpc_status pending_status; /* completion waiting for a write */
 	char pending_msg[96];
 	/* reply bulk target */
@@ -72,6 +84,7 @@ struct zcrpc_channel {
 	struct ccall *active;		 /* sent or queued, not done */
 	struct ccall *done_head, *done_tail; /* waiting for their callback */
 	struct ccall *q_head, *q_tail;	 /* pending, in order */
+	struct ccall *zombies;		 /* completed, grant outstanding */
 	uint32_t q_len;
 	struct zcrpc__bulk_cache bulk;
 	struct zcrpc__timer timer;
@@ -134,8 +147,26 @@ static void release_buffers(zcrpc_channel *ch, struct ccall *c)
 	c->dst_buf = NULL;
 }
 
+static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r);
+
 static void free_call(zcrpc_channel *ch, struct ccall *c)
 {
+	if (c->state == CS_ZOMBIE) {
+		list_del(&ch->zombies, c);
+		if (c->deliver_late) {
+			/* The caller's reply_into is no longer granted. */
+			zcrpc_reply r;
+
+			c->deliver_late = 0;
+			memset(&r, 0, sizeof(r));
+			r.status = c->status;
+			r.message = c->message;
+			deliver(ch, c, &r);
+		}
+	}
+	c->granted = 0;
+	c->revoking = 0;
+	c->reply_grant = NULL;
 	release_buffers(ch, c);
 	c->state = CS_FREE;
 	c->gen = (c->gen + 1) & 0xfffU;
@@ -183,7 +214,8 @@ static void complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 {
 	if (c->state == CS_DONE || c->state == CS_ZOMBIE || c->state == CS_FREE)
 		return;
-	if (c->state == CS_WRITING) {
+	if (c->state == CS_WRITING || c->state == CS_REPLY_REVOKING) {
+		/* Completes when the write or the revoke is done. */
 		c->write_pending_status = 1;
 		c->pending_status = st;
 		snprintf(c->pending_msg, sizeof(c->pending_msg), "%s", msg ? msg : "");
@@ -266,12 +298,20 @@ static void run_done(zcrpc_channel *ch)
 		memset(&r, 0, sizeof(r));
 		r.status = c->status;
 		r.message = c->message;
-		deliver(ch, c, &r);
+		/* The caller's own reply_into memory is handed back only once
+		 * the server can no longer write into it. */
+		c->deliver_late = c->granted && c->conn && c->has_reply_into;
+		if (!c->deliver_late)
+			deliver(ch, c, &r);
 		/* A call whose reply target is granted stays (generation
-		 * checked) until the server's write lands or the connection
-		 * goes, so the target is never reused under that write. */
+		 * checked) until the server's write lands and its window is
+		 * revoked, or the connection goes, so the target is never
+		 * reused under that write. */
 		if (c->granted && c->conn) {
 			c->state = CS_ZOMBIE;
+			c->zombie_deadline_ns = zcrpc__now_ns() + ZCRPC_GRANT_GRACE_NS;
+			list_add(&ch->zombies, c);
+			zcrpc__timer_start(ch->w, &ch->timer, c->zombie_deadline_ns);
 			continue;
 		}
 		free_call(ch, c);
@@ -333,6 +373,8 @@ static void on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 			 void *arg);
 static void on_writable(zcrpc_conn *conn, void *arg);
+static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
+		       void *arg);
 
 static zcrpc_status start_connect(zcrpc_channel *ch)
 {
@@ -347,6 +389,7 @@ static zcrpc_status start_connect(zcrpc_channel *ch)
 	h.on_write_done = on_write_done;
 	h.on_write_imm = on_write_imm;
 	h.on_writable = on_writable;
+	h.on_revoked = on_revoked;
 	h.arg = ch;
 	zcrpc_connect_opts_init(&co);
 	co.timeout_ms = ch->o.connect_timeout_ms;
@@ -379,8 +422,8 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 			free_call(ch, c);
 			continue;
 		}
-		if (c->state == CS_WRITING) /* its write failed first */
-			c->state = CS_SENT;
+		if (c->state == CS_WRITING || c->state == CS_REPLY_REVOKING)
+			c->state = CS_SENT; /* its write or revoke failed first */
 		c->conn = NULL;
 		complete(ch, c, st, why);
 	}
@@ -507,8 +550,14 @@ static void on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
 			mr = c->dst_buf->mr;
 			off = 0;
 		}
-		if (zcrpc_mr_grant(mr, conn, off, f->bulk_len, &r) != ZCRPC_OK ||
-		    zcrpc_conn_recv_keep(conn, &c->reply_msg) != ZCRPC_OK) {
+		if (zcrpc_mr_grant(mr, conn, off, f->bulk_len, &r,
+				   &c->reply_grant) != ZCRPC_OK) {
+			complete(ch, c, ZCRPC_INTERNAL, "cannot grant the reply target");
+			return;
+		}
+		if (zcrpc_conn_recv_keep(conn, &c->reply_msg) != ZCRPC_OK) {
+			zcrpc_grant_revoke(c->reply_grant, NULL); /* never sent */
+			c->reply_grant = NULL;
 			complete(ch, c, ZCRPC_INTERNAL, "cannot grant the reply target");
 			return;
 		}
@@ -528,6 +577,9 @@ static void on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
 				zcrpc_msg_free(ch->w, &out.msg);
 		}
 		if (st != ZCRPC_OK) {
+			/* The server never learnt the key; the window goes. */
+			zcrpc_grant_revoke(c->reply_grant, NULL);
+			c->reply_grant = NULL;
 			complete(ch, c, ZCRPC_UNAVAILABLE, "cannot send the grant");
 			return;
 		}
@@ -624,6 +676,11 @@ static void on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 	c->state = CS_SENT;
 	zcrpc__bulk_put(&ch->bulk, c->src_buf);
 	c->src_buf = NULL;
+	if (c->cancel_after_write) {
+		/* Now that our write is out, CANCEL cannot overtake it. */
+		c->cancel_after_write = 0;
+		send_cancel(ch, c);
+	}
 	if (c->write_pending_status) {
 		c->write_pending_status = 0;
 		complete(ch, c, c->pending_status, c->pending_msg);
@@ -638,26 +695,65 @@ static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 {
 	zcrpc_channel *ch = arg;
 	struct ccall *c = lookup(ch, imm);
-	const void *bulk;
 
 	(void)len;
 	if (!c || c->conn != conn) {
 		ch->st.late_replies++;
 		return;
 	}
-	if (c->state == CS_ZOMBIE) { /* the write we waited for landed */
-		free_call(ch, c);
+	if ((c->state == CS_ZOMBIE || (c->state == CS_DONE && c->granted)) &&
+	    !c->revoking) {
+		/* Completed (its callback may still be queued) while the
+		 * server wrote: the write landed, so it can write no more. */
+		c->revoking = 1;
+		if (zcrpc_grant_revoke(c->reply_grant, (void *)(uintptr_t)imm) !=
+		    ZCRPC_OK)
+			zcrpc_conn_close(conn); /* closing: freed with it */
+		c->reply_grant = NULL;
 		return;
 	}
 	if (c->state != CS_REPLY_BULK) {
 		protocol_error(ch, conn, "unexpected write");
 		return;
 	}
+	/* The reply is read only once the server cannot change it. */
+	c->state = CS_REPLY_REVOKING;
+	if (zcrpc_grant_revoke(c->reply_grant, (void *)(uintptr_t)imm) != ZCRPC_OK)
+		zcrpc_conn_close(conn); /* closing: the call fails with it */
+	c->reply_grant = NULL;
+	c->granted = 0;
+}
+
+static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
+		       void *arg)
+{
+	zcrpc_channel *ch = arg;
+	struct ccall *c = uctx ? lookup(ch, (uint32_t)(uintptr_t)uctx) : NULL;
+	const void *bulk;
+
+	if (!c || c->conn != conn)
+		return;
+	if (c->revoking) {
+		/* The grant is over (a failed revoke means a dead QP: safe
+		 * too). A call still on the done list is freed by run_done. */
+		c->revoking = 0;
+		c->granted = 0;
+		if (c->state == CS_ZOMBIE)
+			free_call(ch, c);
+		return;
+	}
+	if (c->state != CS_REPLY_REVOKING || st != ZCRPC_OK)
+		return; /* the connection is going: the call fails with it */
+	if (c->write_pending_status) { /* cancelled or expired meanwhile */
+		c->write_pending_status = 0;
+		c->state = CS_SENT;
+		complete(ch, c, c->pending_status, c->pending_msg);
+		return;
+	}
 	bulk = c->dst_buf ? c->dst_buf->ptr
 			  : (const uint8_t *)c->reply_into.mr->addr + c->reply_into.offset;
 	/* c->reply points into the kept receive slot, valid until
 	 * free_call releases it. */
-	c->granted = 0;
 	complete_with_reply(ch, c, &c->reply, bulk, (size_t)c->reply.bulk_len);
 }
 
@@ -676,6 +772,8 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		if (now >= c->deadline_ns) {
 			if (c->state == CS_SENT || c->state == CS_REPLY_BULK)
 				send_cancel(ch, c);
+			else if (c->state == CS_WRITING)
+				c->cancel_after_write = 1;
 			complete(ch, c, ZCRPC_DEADLINE_EXCEEDED, "deadline exceeded");
 			continue;
 		}
@@ -683,6 +781,28 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 			next_due = c->deadline_ns;
 	}
 	run_done(ch);
+	for (c = ch->zombies; c; c = next) {
+		next = c->next;
+		if (c->revoking)
+			continue;
+		if (now >= c->zombie_deadline_ns) {
+			/* The server holds a grant it does not use: only
+			 * tearing the connection down ends it safely. Closing
+			 * answers revokes, which may free other zombies: scan
+			 * again on the next run. */
+			c->zombie_deadline_ns = now + ZCRPC_GRANT_GRACE_NS;
+			if (!c->conn->closing &&
+			    c->conn->state == ZCRPC_CONN_ESTABLISHED) {
+				ch->st.grant_timeouts++;
+				zcrpc_conn_close(c->conn);
+				next_due = now;
+				break;
+			}
+			continue;
+		}
+		if (!next_due || c->zombie_deadline_ns < next_due)
+			next_due = c->zombie_deadline_ns;
+	}
 	if (ch->done_head)
 		next_due = now;
 	if (next_due)
@@ -780,7 +900,7 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	for (i = 0; i < ch->ncalls; i++) {
 		struct ccall *c = &ch->calls[i];
 
-		if (c->state == CS_WRITING)
+		if (c->state == CS_WRITING || c->state == CS_REPLY_REVOKING)
 			c->state = CS_SENT; /* its connection goes below */
 		if (c->state != CS_FREE && c->state != CS_DONE &&
 		    c->state != CS_ZOMBIE)
@@ -910,6 +1030,10 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	c->dst_buf = NULL;
 	c->has_reply_msg = 0;
 	c->granted = 0;
+	c->revoking = 0;
+	c->cancel_after_write = 0;
+	c->deliver_late = 0;
+	c->reply_grant = NULL;
 	memset(&c->reply, 0, sizeof(c->reply));
 	c->max_reply = co.max_reply;
 	c->deadline_ns = timeout_us ? zcrpc__now_ns() + timeout_us * 1000 : 0;
@@ -963,9 +1087,10 @@ zcrpc_status zcrpc_call_cancel(zcrpc_channel *ch, zcrpc_call_id id)
 	c = lookup(ch, (uint32_t)id);
 	if (!c || c->state == CS_DONE || c->state == CS_ZOMBIE)
 		return ZCRPC_NOT_FOUND;
-	if (c->state == CS_SENT || c->state == CS_REPLY_BULK ||
-	    c->state == CS_WRITING)
+	if (c->state == CS_SENT || c->state == CS_REPLY_BULK)
 		send_cancel(ch, c);
+	else if (c->state == CS_WRITING)
+		c->cancel_after_write = 1; /* CANCEL must not overtake it */
 	complete(ch, c, ZCRPC_CANCELLED, "cancelled by the caller");
 	return ZCRPC_OK;
 }

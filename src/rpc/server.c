@@ -11,6 +11,8 @@
 enum sstate {
 	SS_FREE = 0,
 	SS_AWAIT_BULK,	/* granted a target for the request's bulk part */
+	SS_REVOKING,	/* its bulk part landed (or it was cancelled): the
+			 * window is being revoked before anyone reads it */
 	SS_QUEUED,	/* ready, waiting for a handler slot */
 	SS_RUNNING,	/* the handler has it; waiting for the reply */
 	SS_REPLY_GRANT, /* reply sent with a bulk part; waiting for the grant */
@@ -35,6 +37,7 @@ struct zcrpc_server_call {
 	zcrpc_md md[ZCRPC_MD_MAX_PAIRS];
 	size_t n_md;
 	struct zcrpc__bulkbuf *req_bulk;
+	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
@@ -362,7 +365,8 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 		zcrpc_remote_region r;
 
 		if (zcrpc__bulk_get(&s->bulk, (size_t)f->bulk_len, &c->req_bulk) != ZCRPC_OK ||
-		    zcrpc_mr_grant(c->req_bulk->mr, sc->conn, 0, (size_t)f->bulk_len, &r) != ZCRPC_OK) {
+		    zcrpc_mr_grant(c->req_bulk->mr, sc->conn, 0, (size_t)f->bulk_len, &r,
+				   &c->req_grant) != ZCRPC_OK) {
 			send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
 				    ZCRPC_RESOURCE_EXHAUSTED,
 				    "no memory at the server for the request's bulk part");
@@ -385,6 +389,20 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 	dispatch(s, c);
 }
 
+/* The client can no longer write into @c's request window (its write with
+ * immediate arrived, or its CANCEL, which it sends only when it will not
+ * write): revoke the window; on_revoked then runs the handler (or frees a
+ * cancelled call), so nothing the handler reads can change under it. */
+static void revoke_request(struct sconn *sc, zcrpc_server_call *c)
+{
+	zcrpc_grant *g = c->req_grant;
+
+	c->req_grant = NULL;
+	c->state = SS_REVOKING;
+	if (zcrpc_grant_revoke(g, (void *)(uintptr_t)sref(sc->s, c)) != ZCRPC_OK)
+		zcrpc_conn_close(sc->conn); /* closing already: freed on CLOSED */
+}
+
 static void on_cancel(struct sconn *sc, const struct zcrpc_frame *f)
 {
 	zcrpc_server_call *c;
@@ -399,9 +417,13 @@ static void on_cancel(struct sconn *sc, const struct zcrpc_frame *f)
 	if (c->state == SS_QUEUED) {
 		rq_remove(sc->s, c);
 		call_free(sc->s, c);
+	} else if (c->state == SS_AWAIT_BULK) {
+		/* A client never writes after its CANCEL (RC ordering: a
+		 * write it posted earlier has landed by now): revoke, then
+		 * free the call. */
+		revoke_request(sc, c);
 	}
-	/* AWAIT_BULK: the client may still be writing; freed on its imm or
-	 * with the connection. RUNNING: the handler's reply is not sent. */
+	/* RUNNING: the handler's reply is not sent. */
 }
 
 static void on_grant(struct sconn *sc, const struct zcrpc_frame *f)
@@ -481,6 +503,20 @@ static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 		protocol_error(sc, "write for no request");
 		return;
 	}
+	revoke_request(sc, c); /* the handler runs once it is revoked */
+}
+
+static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
+		       void *arg)
+{
+	struct sconn *sc = arg;
+	zcrpc_server_call *c = slookup(sc->s, (uint32_t)(uintptr_t)uctx);
+
+	(void)conn;
+	if (!c || c->sc != sc || c->state != SS_REVOKING)
+		return;
+	if (st != ZCRPC_OK)
+		return; /* the connection is going: freed on CLOSED */
 	if (c->cancelled) {
 		call_free(sc->s, c);
 		return;
@@ -588,6 +624,7 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 	h.on_write_done = on_write_done;
 	h.on_write_imm = on_write_imm;
 	h.on_writable = on_writable;
+	h.on_revoked = on_revoked;
 	h.arg = sc;
 	zcrpc_conn_set_handlers(conn, &h);
 	s->st.connections++;

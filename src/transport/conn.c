@@ -70,10 +70,14 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 		c->recv_depth = w->opts.recv_depth;
 	if (!c->sq_depth)
 		c->sq_depth = w->opts.send_depth;
-	cqe = c->recv_depth + c->sq_depth;
+	/* As many send-queue slots again for binding and invalidating
+	 * memory windows (mw.c): they cost no peer credit. */
+	c->mw.depth = c->sq_depth;
+	c->sq_size = c->sq_depth + c->mw.depth;
+	cqe = c->recv_depth + c->sq_size;
 	if ((int)cqe > c->dev->attr->max_cqe ||
 	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||
-	    (int)c->sq_depth > c->dev->attr->max_qp_wr) {
+	    (int)c->sq_size > c->dev->attr->max_qp_wr) {
 		zcrpc__conn_fail(c, ZCRPC_INVALID_ARGUMENT,
 				 "queue depths exceed the device (max_cqe %d, max_qp_wr %d)",
 				 c->dev->attr->max_cqe, c->dev->attr->max_qp_wr);
@@ -92,7 +96,7 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	attr.send_cq = c->cq;
 	attr.recv_cq = c->cq;
 	attr.qp_type = IBV_QPT_RC;
-	attr.cap.max_send_wr = c->sq_depth;
+	attr.cap.max_send_wr = c->sq_size;
 	attr.cap.max_recv_wr = c->recv_depth;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
@@ -177,9 +181,11 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 		c->dead = 1;
 		return;
 	}
-	/* Every write gets its answer before the connection's last word. */
+	/* Every write and revoke gets its answer before the connection's
+	 * last word. */
 	zcrpc__conn_fail_writes(c, st == ZCRPC_OK ? ZCRPC_CANCELLED
 						  : ZCRPC_UNAVAILABLE);
+	zcrpc__mw_fail_all(c);
 	notify(c, ZCRPC_CONN_CLOSED, st);
 }
 
@@ -312,6 +318,7 @@ void zcrpc_conn_close(zcrpc_conn *c)
 	}
 	c->closing = 1;
 	zcrpc__conn_fail_writes(c, ZCRPC_CANCELLED);
+	zcrpc__mw_fail_all(c);
 	if (rdma_disconnect(c->id)) {
 		c->disconnected = 1;
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed");
@@ -353,6 +360,7 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	if (c->id && c->id->qp && !c->disconnected && c->migrated)
 		rdma_disconnect(c->id); /* QP to error, DREQ to the peer */
 	c->disconnected = 1;
+	zcrpc__mw_dealloc(c); /* windows go before their QP */
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
 	if (c->cq) {
@@ -363,6 +371,7 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	}
 	c->nstash = 0;
 	zcrpc__conn_release_queues(c);
+	zcrpc__mw_free(c);
 	if (c->id) {
 		rdma_destroy_ep(c->id);
 		c->id = NULL;

@@ -1,6 +1,6 @@
 /* zcrpc — the device context: every RDMA device librdmacm knows, each with
  * one protection domain, shared by the workers that use the context; and
- * user memory registered once on all of them. */
+ * user memory registered once on all of them. Grants are in mw.c. */
 #include "internal.h"
 
 #include <errno.h>
@@ -180,8 +180,10 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 
 	if (!ctx || !addr || !len || !out || (flags & ~ZCRPC_MR_REMOTE_WRITE))
 		return ZCRPC_INVALID_ARGUMENT;
+	/* A write target is bound to memory windows (mw.c); the MR itself
+	 * carries no remote access, so its own rkey opens nothing. */
 	if (flags & ZCRPC_MR_REMOTE_WRITE)
-		access |= IBV_ACCESS_REMOTE_WRITE;
+		access |= IBV_ACCESS_MW_BIND;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return ZCRPC_RESOURCE_EXHAUSTED;
@@ -225,26 +227,4 @@ void zcrpc_mr_deregister(zcrpc_mr *mr)
 	pthread_mutex_unlock(&mr->ctx->lock);
 	zcrpc__context_unref(mr->ctx);
 	free(mr);
-}
-
-zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr, const zcrpc_conn *conn,
-			    size_t offset, size_t len, zcrpc_remote_region *out)
-{
-	if (!mr || !conn || !out || !len)
-		return ZCRPC_INVALID_ARGUMENT;
-	if (!(mr->flags & ZCRPC_MR_REMOTE_WRITE))
-		return ZCRPC_FAILED_PRECONDITION; /* not registered as a target */
-	if (offset > mr->len || len > mr->len - offset)
-		return ZCRPC_OUT_OF_RANGE;
-	if (!conn->dev || conn->state == ZCRPC_CONN_CLOSED)
-		return ZCRPC_FAILED_PRECONDITION;
-	if (mr->ctx != conn->w->ctx)
-		return ZCRPC_INVALID_ARGUMENT;
-	if (!mr->mrs[conn->dev->idx])
-		return ZCRPC_FAILED_PRECONDITION; /* registered after a removal */
-	out->addr = (uint64_t)(uintptr_t)((uint8_t *)mr->addr + offset);
-	out->len = len;
-	out->rkey = mr->mrs[conn->dev->idx]->rkey;
-	out->reserved = 0;
-	return ZCRPC_OK;
 }

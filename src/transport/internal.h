@@ -226,13 +226,60 @@ enum zcrpc__sq_kind {
 	ZCRPC_SQ_MSG = 1,   /* a message; slot returns to the pool */
 	ZCRPC_SQ_WRITE = 2, /* a piece of a write; op if it is the last */
 	ZCRPC_SQ_KEEPALIVE = 3, /* a keepalive probe (0-byte RDMA WRITE) */
+	ZCRPC_SQ_BIND = 4,	/* IBV_WR_BIND_MW of a grant (mw.c) */
+	ZCRPC_SQ_INV = 5,	/* IBV_WR_LOCAL_INV revoking a grant (mw.c) */
 };
 
 struct zcrpc__sq_entry {
 	uint8_t kind;
 	zcrpc__slot_id slot;
 	struct zcrpc__write_op *op; /* last piece of a write, else NULL */
+	struct zcrpc_grant *g;	    /* BIND / INV: the window */
 };
+
+/* ---- mw.c: grants as type-2 memory windows ------------------------------ */
+
+/* Revoked windows wait in a FIFO until this many newer ones are there
+ * before they are bound again: rxe rotates only the 8 low rkey bits. */
+#define ZCRPC_MW_QUARANTINE 64
+
+enum zcrpc__mw_state {
+	ZCRPC_MW_FREE = 0, /* invalidated (or never bound), in the FIFO */
+	ZCRPC_MW_BOUND,	   /* bound; the grant is the application's */
+	ZCRPC_MW_REVOKING, /* LOCAL_INV queued or posted */
+	ZCRPC_MW_ORPHAN,   /* the application gave it up on a dead conn */
+};
+
+struct zcrpc_grant {
+	struct zcrpc_grant *anext; /* conn->mw.all */
+	struct zcrpc_grant *qnext; /* FIFO of free windows, or the inv queue */
+	zcrpc_conn *conn;
+	struct ibv_mw *mw;
+	uint32_t rkey; /* last bound rkey */
+	uint8_t state;
+	uint8_t answered; /* on_revoked delivered (or never due) */
+	void *user_ctx;
+};
+
+struct zcrpc__mw_set {
+	struct zcrpc_grant *all;
+	struct zcrpc_grant *free_head, *free_tail;
+	uint32_t nfree;
+	struct zcrpc_grant *inv_head, *inv_tail; /* revokes waiting for room */
+	uint32_t depth; /* send-queue slots kept for BIND / INV */
+	uint32_t used;	/* of them in the ring */
+};
+
+zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
+				    size_t offset, size_t len, int access,
+				    zcrpc_remote_region *out,
+				    zcrpc_grant **grant);
+void zcrpc__mw_reaped(zcrpc_conn *c, const struct zcrpc__sq_entry *e,
+		      enum ibv_wc_status st);
+void zcrpc__mw_pump(zcrpc_conn *c);
+void zcrpc__mw_fail_all(zcrpc_conn *c);
+void zcrpc__mw_dealloc(zcrpc_conn *c);
+void zcrpc__mw_free(zcrpc_conn *c);
 
 struct zcrpc_conn {
 	zcrpc_worker *w;
@@ -272,8 +319,11 @@ struct zcrpc_conn {
 	uint32_t cur_recv;     /* position being delivered */
 	uint32_t cur_len;
 
-	/* Send queue ring: entries for every posted, unreaped WR. */
+	/* Send queue ring: entries for every posted, unreaped WR. sq_depth
+	 * slots for messages and writes, mw.depth more for BIND / INV. */
 	uint32_t sq_depth;
+	uint32_t sq_size; /* ring entries: sq_depth + mw.depth */
+	struct zcrpc__mw_set mw;
 	struct zcrpc__sq_entry *sq;
 	uint64_t sq_head, sq_tail; /* sequence numbers */
 	uint32_t unsignaled;

@@ -16,7 +16,7 @@ zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c)
 {
 	c->recv = calloc(c->recv_depth, sizeof(*c->recv));
 	c->recv_has = calloc(c->recv_depth, 1);
-	c->sq = calloc(c->sq_depth, sizeof(*c->sq));
+	c->sq = calloc(c->sq_size, sizeof(*c->sq));
 	if (!c->recv || !c->recv_has || !c->sq) {
 		zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return ZCRPC_RESOURCE_EXHAUSTED;
@@ -101,6 +101,8 @@ static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 		zcrpc__pool_put(c->w->pool, e->slot);
 	else if (e->kind == ZCRPC_SQ_KEEPALIVE)
 		c->ka_outstanding = 0;
+	else if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
+		zcrpc__mw_reaped(c, e, st);
 	if (e->op) {
 		zcrpc__write_finish(c, e->op,
 				    st == IBV_WC_SUCCESS ? ZCRPC_OK : ZCRPC_UNAVAILABLE);
@@ -108,6 +110,7 @@ static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 	}
 	e->kind = 0;
 	e->op = NULL;
+	e->g = NULL;
 }
 
 void zcrpc__conn_release_queues(zcrpc_conn *c)
@@ -117,7 +120,7 @@ void zcrpc__conn_release_queues(zcrpc_conn *c)
 
 	if (c->sq) {
 		for (; c->sq_head < c->sq_tail; c->sq_head++)
-			reap_entry(c, &c->sq[c->sq_head % c->sq_depth],
+			reap_entry(c, &c->sq[c->sq_head % c->sq_size],
 				   IBV_WC_WR_FLUSH_ERR);
 	}
 	while ((op = c->wq)) {
@@ -146,9 +149,12 @@ void zcrpc__conn_release_queues(zcrpc_conn *c)
 
 /* ---- the send ring ------------------------------------------------------ */
 
+/* Room for messages and writes: BIND / INV work requests have slots of
+ * their own (c->mw.depth), so grants never starve sends, nor the reverse. */
 int zcrpc__sq_room(const zcrpc_conn *c)
 {
-	return (int)(c->sq_depth - (uint32_t)(c->sq_tail - c->sq_head));
+	return (int)(c->sq_depth -
+		     ((uint32_t)(c->sq_tail - c->sq_head) - c->mw.used));
 }
 
 /* Posts @wr, recording @e in the ring under the WR's sequence number.
@@ -172,7 +178,9 @@ int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 		c->unsignaled = 0;
 	else
 		c->unsignaled++;
-	c->sq[c->sq_tail % c->sq_depth] = *e;
+	c->sq[c->sq_tail % c->sq_size] = *e;
+	if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
+		c->mw.used++;
 	c->sq_tail++;
 	c->last_active_ns = c->w->now_ns;
 	return 0;
@@ -191,7 +199,7 @@ void zcrpc__conn_keepalive(zcrpc_conn *c)
 		.num_sge = 0,
 		.opcode = IBV_WR_RDMA_WRITE,
 	};
-	struct zcrpc__sq_entry e = {ZCRPC_SQ_KEEPALIVE, 0, NULL};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_KEEPALIVE, 0, NULL, NULL};
 	int rc;
 
 	wr.wr.rdma.remote_addr = 0;
@@ -211,7 +219,7 @@ static void sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
 	if (seq < c->sq_head || seq >= c->sq_tail)
 		return; /* already reaped */
 	while (c->sq_head <= seq) {
-		struct zcrpc__sq_entry *e = &c->sq[c->sq_head % c->sq_depth];
+		struct zcrpc__sq_entry *e = &c->sq[c->sq_head % c->sq_size];
 
 		/* In-order completion: all before @seq succeeded. */
 		reap_entry(c, e, c->sq_head == seq ? st : IBV_WC_SUCCESS);
@@ -237,7 +245,7 @@ static int post_msg(zcrpc_conn *c, const struct zcrpc__slot *s, uint8_t type,
 		.num_sge = 1,
 		.opcode = IBV_WR_SEND,
 	};
-	struct zcrpc__sq_entry e = {ZCRPC_SQ_MSG, s->id, NULL};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_MSG, s->id, NULL, NULL};
 	int rc;
 
 	s->ptr[0] = type;
@@ -486,10 +494,14 @@ static void on_write_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
 static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 {
 	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
-		int probe = wc->status != IBV_WC_SUCCESS &&
-			    wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail &&
-			    c->sq[wc->wr_id % c->sq_depth].kind ==
-				    ZCRPC_SQ_KEEPALIVE;
+		static const char *const kinds[] = {"?", "send", "RDMA write",
+						    "keepalive", "memory window bind",
+						    "memory window invalidate"};
+		int kind = wc->status != IBV_WC_SUCCESS &&
+				   wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail
+			   ? c->sq[wc->wr_id % c->sq_size].kind
+			   : 0;
+		int probe = kind == ZCRPC_SQ_KEEPALIVE;
 
 		sq_complete(c, wc->wr_id, wc->status);
 		if (wc->status == IBV_WC_SUCCESS)
@@ -503,7 +515,8 @@ static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 					 "peer unreachable: keepalive failed (%s)",
 					 ibv_wc_status_str(wc->status));
 		else
-			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion: %s",
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion (%s): %s",
+					 kinds[kind <= ZCRPC_SQ_INV ? kind : 0],
 					 ibv_wc_status_str(wc->status));
 		return;
 	}
@@ -567,6 +580,8 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 		c->last_active_ns = c->w->now_ns;
 		if (c->wq)
 			zcrpc__conn_pump_writes(c);
+		if (c->mw.inv_head)
+			zcrpc__mw_pump(c);
 		maybe_send_credits(c);
 		if (c->want_writable && zcrpc_conn_can_send(c)) {
 			c->want_writable = 0;

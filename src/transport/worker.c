@@ -286,6 +286,8 @@ static void add_stats(zcrpc_conn_stats *t, const zcrpc_conn_stats *s)
 	t->credit_stalls += s->credit_stalls;
 	t->rnr_events += s->rnr_events;
 	t->keepalives_sent += s->keepalives_sent;
+	t->grants += s->grants;
+	t->revokes += s->revokes;
 }
 
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
@@ -322,6 +324,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->rnr_events = t.rnr_events;
 	out->keepalives_sent = t.keepalives_sent;
 	out->async_events = w->async_events;
+	out->grants = t.grants;
+	out->revokes = t.revokes;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;

@@ -40,7 +40,7 @@ void zcrpc__conn_fail_writes(zcrpc_conn *c, zcrpc_status st)
 	if (!c->sq)
 		return;
 	for (seq = c->sq_head; seq < c->sq_tail; seq++) {
-		struct zcrpc__sq_entry *e = &c->sq[seq % c->sq_depth];
+		struct zcrpc__sq_entry *e = &c->sq[seq % c->sq_size];
 
 		if (e->op)
 			zcrpc__write_finish(c, e->op, st);
@@ -69,7 +69,7 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 			.num_sge = 1,
 			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
 		};
-		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL};
+		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL};
 		int rc;
 
 		if (imm && c->credits < 2) { /* it consumes a peer receive */

@@ -267,7 +267,7 @@ TEST_F(Transport, WriteWithImmediate64MiBFromUserMemoryVerified)
 		// Grant the whole target to this connection and tell the peer
 		// where it is, in a zero-copy message.
 		zcrpc_remote_region r;
-		ASSERT_EQ(zcrpc_mr_grant(tmr, c, 0, size, &r), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_mr_grant(tmr, c, 0, size, &r, nullptr), ZCRPC_OK);
 		zcrpc_msg m;
 		ASSERT_EQ(zcrpc_msg_alloc(server.w, ZCRPC_REMOTE_REGION_LEN, &m), ZCRPC_OK);
 		zcrpc_remote_region_encode(&r, static_cast<uint8_t *>(m.data));
@@ -541,11 +541,11 @@ TEST_F(Transport, OversizedMessagesAndWritesOutsideTheGrantAreRefused)
 	Server server;
 	server.on_accept = [&](zcrpc_conn *c) {
 		zcrpc_remote_region r;
-		EXPECT_EQ(zcrpc_mr_grant(plain, c, 0, size, &r), ZCRPC_FAILED_PRECONDITION)
+		EXPECT_EQ(zcrpc_mr_grant(plain, c, 0, size, &r, nullptr), ZCRPC_FAILED_PRECONDITION)
 			<< "granted memory that is not a write target";
-		EXPECT_EQ(zcrpc_mr_grant(tmr, c, size - 10, 11, &r), ZCRPC_OUT_OF_RANGE);
+		EXPECT_EQ(zcrpc_mr_grant(tmr, c, size - 10, 11, &r, nullptr), ZCRPC_OUT_OF_RANGE);
 		// Grant only the middle half.
-		ASSERT_EQ(zcrpc_mr_grant(tmr, c, size / 4, size / 2, &r), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_mr_grant(tmr, c, size / 4, size / 2, &r, nullptr), ZCRPC_OK);
 		uint8_t buf[ZCRPC_REMOTE_REGION_LEN];
 		zcrpc_remote_region_encode(&r, buf);
 		ASSERT_EQ(zcrpc_conn_send(c, buf, sizeof(buf)), ZCRPC_OK);

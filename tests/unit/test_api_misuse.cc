@@ -62,7 +62,8 @@ TEST(ApiMisuse, NullArgumentsOfTheDataPathAreRefused)
 	EXPECT_EQ(zcrpc_mr_register(nullptr, buf, sizeof(buf), 0, &mr), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(mr, nullptr);
 	zcrpc_mr_deregister(nullptr);
-	EXPECT_EQ(zcrpc_mr_grant(nullptr, nullptr, 0, 1, &r), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_mr_grant(nullptr, nullptr, 0, 1, &r, nullptr), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_grant_revoke(nullptr, nullptr), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_conn_write(nullptr, nullptr, 0, 1, &r, 0, nullptr, nullptr),
 		  ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_conn_set_handlers(nullptr, nullptr), ZCRPC_INVALID_ARGUMENT);

@@ -1,0 +1,259 @@
+/* zcrpc — grants as type-2 memory windows: a window of the worker's PD is
+ * bound to exactly the granted range on one connection's QP (IBV_WR_BIND_MW
+ * on its send queue) and revoked with IBV_WR_LOCAL_INV; revoked windows wait
+ * in a quarantine FIFO before they are bound again (rxe rotates only 8 rkey
+ * bits). Windows are per connection and deallocated before its QP. */
+#include "internal.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void free_push(struct zcrpc__mw_set *s, struct zcrpc_grant *g)
+{
+	g->state = ZCRPC_MW_FREE;
+	g->qnext = NULL;
+	if (s->free_tail)
+		s->free_tail->qnext = g;
+	else
+		s->free_head = g;
+	s->free_tail = g;
+	s->nfree++;
+}
+
+/* A window to bind: the oldest revoked one once the quarantine is full,
+ * else a new one. NULL when none can be allocated. */
+static struct zcrpc_grant *take_window(zcrpc_conn *c)
+{
+	struct zcrpc__mw_set *s = &c->mw;
+	struct zcrpc_grant *g;
+
+	if (s->nfree > ZCRPC_MW_QUARANTINE) {
+		g = s->free_head;
+		s->free_head = g->qnext;
+		if (!s->free_head)
+			s->free_tail = NULL;
+		s->nfree--;
+		g->qnext = NULL;
+		return g;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	g->mw = ibv_alloc_mw(c->dev->pd, IBV_MW_TYPE_2);
+	if (!g->mw) {
+		free(g);
+		return NULL;
+	}
+	g->conn = c;
+	g->rkey = g->mw->rkey;
+	g->anext = s->all;
+	s->all = g;
+	return g;
+}
+
+zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
+				    size_t offset, size_t len, int access,
+				    zcrpc_remote_region *out,
+				    zcrpc_grant **grant)
+{
+	struct zcrpc_grant *g;
+	struct ibv_send_wr wr;
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_BIND, 0, NULL, NULL};
+	uint32_t rkey;
+	int rc;
+
+	if (!mr || !c || !out || !len)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!(mr->flags & ZCRPC_MR_REMOTE_WRITE))
+		return ZCRPC_FAILED_PRECONDITION; /* not registered as a target */
+	if (offset > mr->len || len > mr->len - offset)
+		return ZCRPC_OUT_OF_RANGE;
+	if (mr->ctx != c->w->ctx)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!c->dev || c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
+	    c->test_broken)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (!mr->mrs[c->dev->idx])
+		return ZCRPC_FAILED_PRECONDITION; /* registered after a removal */
+	if (c->mw.used >= c->mw.depth)
+		return ZCRPC_RESOURCE_EXHAUSTED; /* bind slots all in the ring */
+	g = take_window(c);
+	if (!g)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	rkey = ibv_inc_rkey(g->rkey);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.bind_mw.mw = g->mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info.mr = mr->mrs[c->dev->idx];
+	wr.bind_mw.bind_info.addr = (uint64_t)(uintptr_t)mr->addr + offset;
+	wr.bind_mw.bind_info.length = len;
+	wr.bind_mw.bind_info.mw_access_flags = (unsigned)access;
+	e.g = g;
+	rc = zcrpc__sq_post(c, &wr, &e, 0);
+	if (rc) {
+		free_push(&c->mw, g); /* never bound: no rkey to fear */
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "ibv_post_send (BIND_MW): %s",
+				 strerror(rc));
+		return ZCRPC_UNAVAILABLE;
+	}
+	/* The provider passes mw->rkey as the window's current key with the
+	 * next bind (rxe checks it), and does not update it itself. */
+	g->mw->rkey = rkey;
+	g->rkey = rkey;
+	g->state = ZCRPC_MW_BOUND;
+	g->answered = 0;
+	g->user_ctx = NULL;
+	c->stats.grants++;
+	out->addr = wr.bind_mw.bind_info.addr;
+	out->len = len;
+	out->rkey = rkey;
+	out->reserved = 0;
+	if (grant)
+		*grant = g;
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr, zcrpc_conn *conn,
+			    size_t offset, size_t len, zcrpc_remote_region *out,
+			    zcrpc_grant **grant)
+{
+	return zcrpc__mr_grant_access(mr, conn, offset, len,
+				      IBV_ACCESS_REMOTE_WRITE, out, grant);
+}
+
+/* Posts the LOCAL_INV of @g (signaled: its completion is the answer). */
+static int post_inv(zcrpc_conn *c, struct zcrpc_grant *g)
+{
+	struct ibv_send_wr wr;
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_INV, 0, NULL, NULL};
+	int rc;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = IBV_WR_LOCAL_INV;
+	wr.invalidate_rkey = g->rkey;
+	e.g = g;
+	rc = zcrpc__sq_post(c, &wr, &e, 1);
+	if (rc)
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+				 "ibv_post_send (LOCAL_INV): %s", strerror(rc));
+	return rc;
+}
+
+/* Posts the revokes that waited for send-queue room. */
+void zcrpc__mw_pump(zcrpc_conn *c)
+{
+	struct zcrpc_grant *g;
+
+	while ((g = c->mw.inv_head) && c->mw.used < c->mw.depth &&
+	       c->state == ZCRPC_CONN_ESTABLISHED && !c->closing) {
+		c->mw.inv_head = g->qnext;
+		if (!c->mw.inv_head)
+			c->mw.inv_tail = NULL;
+		g->qnext = NULL;
+		if (post_inv(c, g))
+			return;
+	}
+}
+
+zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx)
+{
+	zcrpc_conn *c;
+
+	if (!g)
+		return ZCRPC_INVALID_ARGUMENT;
+	c = g->conn;
+	if (g->state != ZCRPC_MW_BOUND)
+		return ZCRPC_INVALID_ARGUMENT; /* revoked twice */
+	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing) {
+		/* The QP is in error: nothing can land. Kept until teardown
+		 * (never bound again on a dead connection). */
+		g->state = ZCRPC_MW_ORPHAN;
+		g->answered = 1;
+		return ZCRPC_UNAVAILABLE;
+	}
+	g->state = ZCRPC_MW_REVOKING;
+	g->answered = 0;
+	g->user_ctx = user_ctx;
+	if (c->mw.used < c->mw.depth && !c->mw.inv_head) {
+		/* A failed post fails the connection, which answers. */
+		post_inv(c, g);
+		return ZCRPC_OK;
+	}
+	g->qnext = NULL;
+	if (c->mw.inv_tail)
+		c->mw.inv_tail->qnext = g;
+	else
+		c->mw.inv_head = g;
+	c->mw.inv_tail = g;
+	return ZCRPC_OK;
+}
+
+static void answer(zcrpc_conn *c, struct zcrpc_grant *g, zcrpc_status st)
+{
+	if (g->answered)
+		return;
+	g->answered = 1;
+	if (!c->dead && c->h.on_revoked)
+		c->h.on_revoked(c, g->user_ctx, st, c->h.arg);
+}
+
+/* A BIND or INV left the ring (@st is its completion, or a flush). */
+void zcrpc__mw_reaped(zcrpc_conn *c, const struct zcrpc__sq_entry *e,
+		      enum ibv_wc_status st)
+{
+	struct zcrpc_grant *g = e->g;
+
+	if (c->mw.used)
+		c->mw.used--;
+	if (!g || e->kind != ZCRPC_SQ_INV || g->state != ZCRPC_MW_REVOKING)
+		return; /* a failed BIND fails the connection (on_wc) */
+	if (st == IBV_WC_SUCCESS) {
+		c->stats.revokes++;
+		answer(c, g, ZCRPC_OK);
+		free_push(&c->mw, g); /* quarantined before its next bind */
+		return;
+	}
+	answer(c, g, ZCRPC_UNAVAILABLE);
+	g->state = ZCRPC_MW_ORPHAN;
+}
+
+/* The connection failed or is closing: every revoke still waiting gets its
+ * answer now (its QP is in error; nothing can land any more). */
+void zcrpc__mw_fail_all(zcrpc_conn *c)
+{
+	struct zcrpc_grant *g;
+
+	c->mw.inv_head = c->mw.inv_tail = NULL;
+	for (g = c->mw.all; g; g = g->anext)
+		if (g->state == ZCRPC_MW_REVOKING)
+			answer(c, g, ZCRPC_UNAVAILABLE);
+}
+
+/* Teardown, before the QP is destroyed: every window goes. */
+void zcrpc__mw_dealloc(zcrpc_conn *c)
+{
+	struct zcrpc_grant *g;
+
+	for (g = c->mw.all; g; g = g->anext) {
+		if (g->mw)
+			ibv_dealloc_mw(g->mw);
+		g->mw = NULL;
+	}
+}
+
+/* Teardown, after the send ring was reaped: the grant records go. */
+void zcrpc__mw_free(zcrpc_conn *c)
+{
+	struct zcrpc_grant *g;
+
+	while ((g = c->mw.all)) {
+		c->mw.all = g->anext;
+		if (g->mw)
+			ibv_dealloc_mw(g->mw);
+		free(g);
+	}
+	memset(&c->mw.free_head, 0,
+	       sizeof(c->mw) - offsetof(struct zcrpc__mw_set, free_head));
+}
