@@ -219,7 +219,26 @@ typedef struct zcrpc_connect_opts {
 	const char *src_addr; /**< local address to bind, or NULL */
 	uint32_t recv_depth;  /**< receive window for this connection; 0 = the worker's */
 	uint32_t send_depth;  /**< send queue depth for this connection; 0 = the worker's */
+	/**
+	 * Admission (docs/protocol.md §1, §2): the pre-shared key of a server
+	 * listening with one, @psk_len bytes (16..64), or NULL for none. The
+	 * connection then proves the key in its first message and reports
+	 * ESTABLISHED only once the server accepted the proof; a refused
+	 * proof, or a server without a key, closes it with UNAUTHENTICATED.
+	 * Copied by zcrpc_connect(); the caller keeps its own buffer.
+	 */
+	const void *psk;
+	size_t psk_len;
+	/** Who this client says it is, covered by the proof (copied; up to
+	 * 64 bytes; NULL = empty). Only sent when @psk is set. */
+	const char *identity;
 } zcrpc_connect_opts;
+
+/** Limits of zcrpc_connect_opts.psk / zcrpc_listen_opts.psk (bytes). */
+#define ZCRPC_PSK_MIN 16
+#define ZCRPC_PSK_MAX 64
+/** Longest zcrpc_connect_opts.identity (bytes). */
+#define ZCRPC_IDENTITY_MAX 64
 
 /** Fills @opts with the defaults documented above. */
 ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
@@ -256,6 +275,27 @@ typedef struct zcrpc_listen_opts {
 	zcrpc_conn_handlers conn_handlers; /**< given to each accepted connection */
 	uint32_t recv_depth; /**< receive window of accepted connections; 0 = the worker's */
 	uint32_t send_depth; /**< send queue depth of accepted connections; 0 = the worker's */
+	/**
+	 * Admission: a pre-shared key (@psk_len bytes, 16..64; copied by
+	 * zcrpc_listen()), or NULL to admit every well-formed request. With a
+	 * key, a request from a client without one is rejected
+	 * (UNAUTHENTICATED); an accepted connection posts only 2 receives and
+	 * is handed to on_accept only after its first message proved the key
+	 * (HMAC-SHA-256 over a fresh nonce, docs/protocol.md §1); anything
+	 * else closes it, and counts in zcrpc_worker_stats.rejected_auth.
+	 * The worker's max_msg must be at least 100 bytes.
+	 */
+	const void *psk;
+	size_t psk_len;
+	/** Connections in their handshake at once (accepted, not yet
+	 * ESTABLISHED or not yet authenticated); requests beyond it are
+	 * rejected with RESOURCE_EXHAUSTED. Default 128; 0 = the default. */
+	uint32_t max_handshakes;
+	/** Deadline from the connect request until the connection is handed
+	 * to on_accept (ESTABLISHED and, with a key, authenticated); then it
+	 * is closed and everything it held is released. Default 10000;
+	 * 0 = the default. */
+	int handshake_timeout_ms;
 } zcrpc_listen_opts;
 
 /** Fills @opts with the defaults documented above. */
@@ -486,6 +526,10 @@ typedef struct zcrpc_worker_stats {
 	uint64_t pool_exhausted;     /**< times a pool class was at its limit */
 	uint64_t pool_bad_frees;     /**< double or stale frees refused */
 	uint64_t keepalives_sent;    /**< keepalive probes posted */
+	uint64_t rejected_auth;	     /**< connections refused for a missing, bad or replayed key proof */
+	uint64_t rejected_busy;	     /**< connect requests refused: max_handshakes in progress */
+	uint64_t handshake_timeouts; /**< accepted connections closed at handshake_timeout_ms */
+	uint32_t handshakes;	     /**< accepted connections in their handshake right now */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

@@ -292,6 +292,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
 	const zcrpc_conn *c;
+	const zcrpc_listener *l;
 	unsigned i;
 
 	if (!out)
@@ -315,6 +316,11 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->credit_stalls = t.credit_stalls;
 	out->rnr_events = t.rnr_events;
 	out->keepalives_sent = t.keepalives_sent;
+	out->rejected_auth = w->rejected_auth;
+	out->rejected_busy = w->rejected_busy;
+	out->handshake_timeouts = w->handshake_timeouts;
+	for (l = w->listeners; l; l = l->next)
+		out->handshakes += l->handshakes;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;
