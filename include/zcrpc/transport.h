@@ -179,7 +179,8 @@ typedef struct zcrpc_conn_handlers {
 	 * zcrpc_connect(), and CLOSED for every connection, exactly once, with
 	 * OK after an orderly close and otherwise why it failed:
 	 * UNAVAILABLE (refused, unreachable, peer lost), DEADLINE_EXCEEDED
-	 * (connect deadline), INTERNAL (peer broke the protocol), ...
+	 * (connect deadline), INTERNAL (peer broke the protocol),
+	 * UNAUTHENTICATED (key proof refused, or a key on one side only), ...
 	 */
 	void (*on_state)(zcrpc_conn *conn, zcrpc_conn_state state,
 			 zcrpc_status status, void *arg);
@@ -252,8 +253,9 @@ ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
  *
  * @opts may be NULL; @handlers is copied. On success *@out is the new
  * connection, owned by the caller (zcrpc_conn_destroy()).
- * Errors: INVALID_ARGUMENT (NULL host/port/handlers, bad option),
- * RESOURCE_EXHAUSTED (out of memory or threads).
+ * Errors: INVALID_ARGUMENT (NULL host/port/handlers, bad option, a psk
+ * outside 16..64 bytes or an identity above 64), RESOURCE_EXHAUSTED (out
+ * of memory or threads).
  */
 ZCRPC_API zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 				     const char *port,
@@ -266,7 +268,8 @@ typedef struct zcrpc_listen_opts {
 	size_t size; /**< sizeof(zcrpc_listen_opts) */
 	int backlog; /**< rdma_listen backlog; default 128 */
 	/**
-	 * A connection was accepted and is ESTABLISHED. The application now
+	 * A connection was accepted and is ESTABLISHED (and, with a psk,
+	 * proved the key; never before). The application now
 	 * owns @conn (zcrpc_conn_destroy()); its callbacks are
 	 * @conn_handlers until changed with zcrpc_conn_set_handlers().
 	 */
@@ -309,7 +312,9 @@ ZCRPC_API void zcrpc_listen_opts_init(zcrpc_listen_opts *opts);
  * a reason the client reports.
  *
  * On success *@out is owned by the caller (zcrpc_listener_destroy()).
- * Errors: INVALID_ARGUMENT (NULL port/opts/on_accept, bad address),
+ * Errors: INVALID_ARGUMENT (NULL port/opts/on_accept, bad address, a psk
+ * outside 16..64 bytes, a psk on a worker whose max_msg is below 100,
+ * negative handshake_timeout_ms),
  * ALREADY_EXISTS (address in use), UNAVAILABLE (no RDMA device for the
  * address), RESOURCE_EXHAUSTED.
  */
