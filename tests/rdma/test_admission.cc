@@ -227,6 +227,7 @@ struct Channel {
 		o.identity = "channel";
 		o.backoff_initial_ms = backoff_ms;
 		o.backoff_max_ms = backoff_ms * 4;
+		o.connect_timeout_ms = static_cast<int>(Scaled(10000).count());
 		EXPECT_EQ(zcrpc_channel_create(w, addr.c_str(), std::to_string(port).c_str(), &o,
 					       &ch),
 			  ZCRPC_OK);
@@ -488,9 +489,11 @@ TEST_F(Admission, SilentClientIsReapedAtTheHandshakeDeadline)
 	EXPECT_GE(took, milliseconds(deadline_ms) - 50ms);
 	EXPECT_LE(took, milliseconds(deadline_ms) + Scaled(3000));
 	EXPECT_EQ(silent.established, 0);
+	// Usually "the server closed the connection before answering the key
+	// proof"; when the CM's RTU was slow, the server's teardown ends the
+	// connection before it was established there (CONNECT_ERROR): both
+	// are UNAVAILABLE.
 	EXPECT_EQ(silent.status, ZCRPC_UNAVAILABLE) << silent.detail;
-	EXPECT_NE(silent.detail.find("before answering the key proof"), std::string::npos)
-		<< silent.detail;
 	ASSERT_TRUE(srv.WaitStats(
 		[&](const zcrpc_worker_stats &s) {
 			return s.handshakes == 0 && s.conns == base.conns &&
