@@ -11,7 +11,9 @@
  *
  * Every call completes exactly once: OK, the server's error status with
  * its message, DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE (connection lost,
- * refused, server going away), RESOURCE_EXHAUSTED (local queue full).
+ * refused, server going away), RESOURCE_EXHAUSTED (local queue full),
+ * UNAUTHENTICATED (the server refused the channel's pre-shared key, or
+ * the key is missing on one side).
  */
 #ifndef ZCRPC_RPC_H
 #define ZCRPC_RPC_H
@@ -71,6 +73,13 @@ typedef struct zcrpc_channel_opts {
 	int backoff_max_ms;	    /**< reconnect delay cap; default 5000 (jittered +-20 %) */
 	size_t bulk_threshold;	    /**< payloads above this travel by RDMA WRITE; default 16384 */
 	const char *src_addr;	    /**< local address to bind, or NULL */
+	/** Pre-shared key of a server that requires one (16..64 bytes,
+	 * copied), or NULL; see zcrpc_connect_opts.psk. A refused key fails
+	 * the connection attempt and its calls with UNAUTHENTICATED, and so
+	 * do calls made until the next attempt. */
+	const void *psk;
+	size_t psk_len;
+	const char *identity; /**< sent with the key proof (copied; <= 64 bytes), or NULL */
 } zcrpc_channel_opts;
 
 /** Fills @o with the defaults documented above. */
@@ -247,6 +256,13 @@ typedef struct zcrpc_server_opts {
 	void (*on_disconnect)(zcrpc_server *s, zcrpc_conn *conn,
 			      zcrpc_status why, void *arg);
 	void *arg;
+	/** Pre-shared key clients must prove (16..64 bytes, copied), or NULL
+	 * for none; see zcrpc_listen_opts.psk. Connections that fail to
+	 * prove it never reach on_connect or a handler. */
+	const void *psk;
+	size_t psk_len;
+	uint32_t max_handshakes;  /**< see zcrpc_listen_opts; 0 = default (128) */
+	int handshake_timeout_ms; /**< see zcrpc_listen_opts; 0 = default (10000) */
 } zcrpc_server_opts;
 
 ZCRPC_API void zcrpc_server_opts_init(zcrpc_server_opts *o);

@@ -179,7 +179,8 @@ typedef struct zcrpc_conn_handlers {
 	 * zcrpc_connect(), and CLOSED for every connection, exactly once, with
 	 * OK after an orderly close and otherwise why it failed:
 	 * UNAVAILABLE (refused, unreachable, peer lost), DEADLINE_EXCEEDED
-	 * (connect deadline), INTERNAL (peer broke the protocol), ...
+	 * (connect deadline), INTERNAL (peer broke the protocol),
+	 * UNAUTHENTICATED (key proof refused, or a key on one side only), ...
 	 */
 	void (*on_state)(zcrpc_conn *conn, zcrpc_conn_state state,
 			 zcrpc_status status, void *arg);
@@ -227,7 +228,26 @@ typedef struct zcrpc_connect_opts {
 	const char *src_addr; /**< local address to bind, or NULL */
 	uint32_t recv_depth;  /**< receive window for this connection; 0 = the worker's */
 	uint32_t send_depth;  /**< send queue depth for this connection; 0 = the worker's */
+	/**
+	 * Admission (docs/protocol.md §1, §2): the pre-shared key of a server
+	 * listening with one, @psk_len bytes (16..64), or NULL for none. The
+	 * connection then proves the key in its first message and reports
+	 * ESTABLISHED only once the server accepted the proof; a refused
+	 * proof, or a server without a key, closes it with UNAUTHENTICATED.
+	 * Copied by zcrpc_connect(); the caller keeps its own buffer.
+	 */
+	const void *psk;
+	size_t psk_len;
+	/** Who this client says it is, covered by the proof (copied; up to
+	 * 64 bytes; NULL = empty). Only sent when @psk is set. */
+	const char *identity;
 } zcrpc_connect_opts;
+
+/** Limits of zcrpc_connect_opts.psk / zcrpc_listen_opts.psk (bytes). */
+#define ZCRPC_PSK_MIN 16
+#define ZCRPC_PSK_MAX 64
+/** Longest zcrpc_connect_opts.identity (bytes). */
+#define ZCRPC_IDENTITY_MAX 64
 
 /** Fills @opts with the defaults documented above. */
 ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
@@ -241,8 +261,9 @@ ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
  *
  * @opts may be NULL; @handlers is copied. On success *@out is the new
  * connection, owned by the caller (zcrpc_conn_destroy()).
- * Errors: INVALID_ARGUMENT (NULL host/port/handlers, bad option),
- * RESOURCE_EXHAUSTED (out of memory or threads).
+ * Errors: INVALID_ARGUMENT (NULL host/port/handlers, bad option, a psk
+ * outside 16..64 bytes or an identity above 64), RESOURCE_EXHAUSTED (out
+ * of memory or threads).
  */
 ZCRPC_API zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 				     const char *port,
@@ -255,7 +276,8 @@ typedef struct zcrpc_listen_opts {
 	size_t size; /**< sizeof(zcrpc_listen_opts) */
 	int backlog; /**< rdma_listen backlog; default 128 */
 	/**
-	 * A connection was accepted and is ESTABLISHED. The application now
+	 * A connection was accepted and is ESTABLISHED (and, with a psk,
+	 * proved the key; never before). The application now
 	 * owns @conn (zcrpc_conn_destroy()); its callbacks are
 	 * @conn_handlers until changed with zcrpc_conn_set_handlers().
 	 */
@@ -264,6 +286,27 @@ typedef struct zcrpc_listen_opts {
 	zcrpc_conn_handlers conn_handlers; /**< given to each accepted connection */
 	uint32_t recv_depth; /**< receive window of accepted connections; 0 = the worker's */
 	uint32_t send_depth; /**< send queue depth of accepted connections; 0 = the worker's */
+	/**
+	 * Admission: a pre-shared key (@psk_len bytes, 16..64; copied by
+	 * zcrpc_listen()), or NULL to admit every well-formed request. With a
+	 * key, a request from a client without one is rejected
+	 * (UNAUTHENTICATED); an accepted connection posts only 2 receives and
+	 * is handed to on_accept only after its first message proved the key
+	 * (HMAC-SHA-256 over a fresh nonce, docs/protocol.md §1); anything
+	 * else closes it, and counts in zcrpc_worker_stats.rejected_auth.
+	 * The worker's max_msg must be at least 100 bytes.
+	 */
+	const void *psk;
+	size_t psk_len;
+	/** Connections in their handshake at once (accepted, not yet
+	 * ESTABLISHED or not yet authenticated); requests beyond it are
+	 * rejected with RESOURCE_EXHAUSTED. Default 128; 0 = the default. */
+	uint32_t max_handshakes;
+	/** Deadline from the connect request until the connection is handed
+	 * to on_accept (ESTABLISHED and, with a key, authenticated); then it
+	 * is closed and everything it held is released. Default 10000;
+	 * 0 = the default. */
+	int handshake_timeout_ms;
 } zcrpc_listen_opts;
 
 /** Fills @opts with the defaults documented above. */
@@ -277,7 +320,9 @@ ZCRPC_API void zcrpc_listen_opts_init(zcrpc_listen_opts *opts);
  * a reason the client reports.
  *
  * On success *@out is owned by the caller (zcrpc_listener_destroy()).
- * Errors: INVALID_ARGUMENT (NULL port/opts/on_accept, bad address),
+ * Errors: INVALID_ARGUMENT (NULL port/opts/on_accept, bad address, a psk
+ * outside 16..64 bytes, a psk on a worker whose max_msg is below 100,
+ * negative handshake_timeout_ms),
  * ALREADY_EXISTS (address in use), UNAVAILABLE (no RDMA device for the
  * address), RESOURCE_EXHAUSTED.
  */
@@ -548,6 +593,10 @@ typedef struct zcrpc_worker_stats {
 				      *   (port down/up, QP/CQ errors) */
 	uint64_t grants;	     /**< memory windows bound */
 	uint64_t revokes;	     /**< windows invalidated */
+	uint64_t rejected_auth;	     /**< connections refused for a missing, bad or replayed key proof */
+	uint64_t rejected_busy;	     /**< connect requests refused: max_handshakes in progress */
+	uint64_t handshake_timeouts; /**< accepted connections closed at handshake_timeout_ms */
+	uint32_t handshakes;	     /**< accepted connections in their handshake right now */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

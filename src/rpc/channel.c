@@ -91,6 +91,11 @@ struct zcrpc_channel {
 	int destroying;
 	uint64_t rng;
 	zcrpc_channel_stats st;
+	/* admission: the key (o.psk points here) and the last refusal */
+	uint8_t psk[ZCRPC_PSK_MAX];
+	char identity[ZCRPC_IDENTITY_MAX + 1];
+	zcrpc_status down_status; /* why the last connection failed */
+	char down_why[256];
 };
 
 /* ---- call table ----------------------------------------------------------- */
@@ -396,6 +401,9 @@ static zcrpc_status start_connect(zcrpc_channel *ch)
 	co.src_addr = ch->src_addr;
 	co.recv_depth = ch->o.window;
 	co.send_depth = ch->o.window;
+	co.psk = ch->o.psk;
+	co.psk_len = ch->o.psk_len;
+	co.identity = ch->o.psk ? ch->identity : NULL;
 	st = zcrpc_connect(ch->w, ch->host, ch->port, &co, &h, &ch->conn);
 	if (st == ZCRPC_OK) {
 		if (ch->attempts++)
@@ -457,6 +465,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 		if (conn == ch->conn) {
 			ch->conn_up = 1;
 			ch->backoff_ms = 0;
+			ch->down_status = ZCRPC_UNAVAILABLE;
 			flush_queue(ch);
 		}
 		return;
@@ -472,9 +481,12 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 			ch->backoff_ms = ch->o.backoff_max_ms;
 		ch->next_attempt_ns = zcrpc__now_ns() +
 				      (int64_t)jitter(ch, ch->backoff_ms) * 1000000LL;
+		/* An admission failure stays one for the calls that follow. */
+		ch->down_status = st == ZCRPC_UNAUTHENTICATED ? st
+							      : ZCRPC_UNAVAILABLE;
+		snprintf(ch->down_why, sizeof(ch->down_why), "%s", why);
 	}
-	conn_gone(ch, conn, st == ZCRPC_DEADLINE_EXCEEDED ? ZCRPC_UNAVAILABLE
-							   : ZCRPC_UNAVAILABLE,
+	conn_gone(ch, conn, st == ZCRPC_UNAUTHENTICATED ? st : ZCRPC_UNAVAILABLE,
 		  why);
 }
 
@@ -855,10 +867,21 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	    ch->o.max_calls > ZCRPC_MAX_CALL_TABLE - 1 ||
 	    ch->o.backoff_initial_ms <= 0 ||
 	    ch->o.backoff_max_ms < ch->o.backoff_initial_ms ||
-	    ch->o.default_timeout_us < 0) {
+	    ch->o.default_timeout_us < 0 || (!ch->o.psk && ch->o.psk_len) ||
+	    (ch->o.psk && (ch->o.psk_len < ZCRPC_PSK_MIN ||
+			   ch->o.psk_len > ZCRPC_PSK_MAX)) ||
+	    (ch->o.identity && strlen(ch->o.identity) > ZCRPC_IDENTITY_MAX)) {
 		free(ch);
 		return ZCRPC_INVALID_ARGUMENT;
 	}
+	if (ch->o.psk) { /* our own copies */
+		memcpy(ch->psk, ch->o.psk, ch->o.psk_len);
+		ch->o.psk = ch->psk;
+		if (ch->o.identity)
+			strcpy(ch->identity, ch->o.identity);
+	}
+	ch->o.identity = NULL;
+	ch->down_status = ZCRPC_UNAVAILABLE;
 	ch->w = w;
 	ch->host = strdup(host);
 	ch->port = strdup(port);
@@ -919,6 +942,7 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	free(ch->host);
 	free(ch->port);
 	free(ch->src_addr);
+	explicit_bzero(ch->psk, sizeof(ch->psk));
 	free(ch);
 }
 
@@ -1055,7 +1079,10 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		zcrpc__timer_start(ch->w, &ch->timer, c->deadline_ns);
 
 	if (!ch->conn) {
-		if (zcrpc__now_ns() < ch->next_attempt_ns) {
+		if (zcrpc__now_ns() < ch->next_attempt_ns &&
+		    ch->down_status == ZCRPC_UNAUTHENTICATED) {
+			complete(ch, c, ZCRPC_UNAUTHENTICATED, ch->down_why);
+		} else if (zcrpc__now_ns() < ch->next_attempt_ns) {
 			complete(ch, c, ZCRPC_UNAVAILABLE,
 				 "not connected (waiting to reconnect)");
 		} else if ((st = start_connect(ch)) != ZCRPC_OK) {

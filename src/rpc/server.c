@@ -75,6 +75,7 @@ struct zcrpc_server {
 	struct zcrpc__bulk_cache bulk;
 	int shutting_down;
 	zcrpc_server_stats st;
+	uint8_t psk[ZCRPC_PSK_MAX]; /* o.psk points here */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -871,11 +872,19 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_server_opts_init(&s->o);
 	if (o) {
-		if (o->size < sizeof(*o) || o->window < 2 || o->window > 32768) {
+		if (o->size < sizeof(*o) || o->window < 2 || o->window > 32768 ||
+		    (!o->psk && o->psk_len) ||
+		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
+				o->psk_len > ZCRPC_PSK_MAX)) ||
+		    o->handshake_timeout_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
 		s->o = *o;
+		if (o->psk) { /* our own copy */
+			memcpy(s->psk, o->psk, o->psk_len);
+			s->o.psk = s->psk;
+		}
 	}
 	s->w = w;
 	s->ncalls = 65536;
@@ -942,6 +951,10 @@ zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 	lo.arg = s;
 	lo.recv_depth = s->o.window;
 	lo.send_depth = s->o.window;
+	lo.psk = s->o.psk;
+	lo.psk_len = s->o.psk_len;
+	lo.max_handshakes = s->o.max_handshakes;
+	lo.handshake_timeout_ms = s->o.handshake_timeout_ms;
 	st = zcrpc_listen(s->w, host, port, &lo, &s->l);
 	if (st == ZCRPC_OK)
 		s->port = zcrpc_listener_port(s->l);
@@ -1025,6 +1038,7 @@ void zcrpc_server_destroy(zcrpc_server *s)
 	free(s->methods);
 	free(s->calls);
 	free(s->free_idx);
+	explicit_bzero(s->psk, sizeof(s->psk));
 	free(s);
 }
 

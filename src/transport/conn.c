@@ -140,10 +140,12 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 		.version = ZCRPC_PROTO_VERSION,
 		.kind = (uint8_t)kind,
 		.features = ZCRPC_FEAT_ALL,
-		.recv_depth = c->recv_depth,
+		/* the receives actually posted: fewer while authenticating */
+		.recv_depth = c->recv_initial ? c->recv_initial : c->recv_depth,
 		.max_msg = c->w->opts.max_msg,
 	};
 
+	zcrpc__auth_fill_hello(c, &h);
 	memset(p, 0, sizeof(*p));
 	p->private_data = pd_buf;
 	p->private_data_len = (uint8_t)zcrpc__hello_encode(&h, pd_buf, pd_cap);
@@ -177,7 +179,7 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	zcrpc__job_abandon(c);
 	if (was_accepting) {
 		/* Never handed to the application: nobody will destroy it. */
-		c->listener = NULL;
+		zcrpc__listener_release(c);
 		c->dead = 1;
 		return;
 	}
@@ -193,15 +195,18 @@ void zcrpc__conn_established(zcrpc_conn *c)
 {
 	zcrpc_listener *l = c->listener;
 
+	/* With a key, the server waits for the proof first (auth.c). Credits
+	 * were set from the peer's hello (and its authentication reply). */
+	if (c->passive && zcrpc__auth_server_hold(c))
+		return;
 	c->state = ZCRPC_CONN_ESTABLISHED;
 	c->deadline_ns = 0;
 	c->last_active_ns = zcrpc__now_ns();
 	zcrpc__worker_keepalive_start(c->w);
-	c->credits = c->peer_recv_depth;
 	c->stats.peer_recv_depth = c->peer_recv_depth;
 	c->stats.peer_max_msg = c->peer_max_msg;
 	if (c->passive) {
-		c->listener = NULL;
+		zcrpc__listener_release(c);
 		if (l && l->opts.on_accept)
 			l->opts.on_accept(l, c, l->opts.arg);
 	} else {
@@ -238,7 +243,7 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 		return; /* frozen: not even a DREP */
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
-		if (c->state != ZCRPC_CONN_CONNECTING)
+		if (c->state != ZCRPC_CONN_CONNECTING || c->auth_phase)
 			break;
 		if (!c->passive) {
 			zcrpc_status st = zcrpc__hello_decode(pdata, plen, &h, why,
@@ -254,7 +259,10 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			}
 			c->peer_recv_depth = h.recv_depth;
 			c->peer_max_msg = h.max_msg;
+			c->credits = h.recv_depth;
 			c->features = h.features & ZCRPC_FEAT_ALL;
+			if (zcrpc__auth_client_start(c, &h))
+				break; /* proving the key (or refused) */
 		}
 		zcrpc__conn_established(c);
 		break;
@@ -271,6 +279,9 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 				 rdma_event_str(type), status);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
+		if (c->state == ZCRPC_CONN_CONNECTING &&
+		    c->auth_phase == ZCRPC_AUTH_CLIENT_WAIT)
+			zcrpc__auth_peer_closed(c); /* the verdict first */
 		if (!c->disconnected) {
 			/* librdmacm does not move the QP to error on
 			 * DISCONNECTED: do it, so posted work flushes. */
@@ -300,6 +311,12 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
 	if (c->closing) {
 		c->disconnected = 1; /* rdma_disconnect was called */
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed (peer did not confirm)");
+	} else if (c->state == ZCRPC_CONN_CONNECTING && c->passive) {
+		c->w->handshake_timeouts++;
+		zcrpc__conn_fail(c, ZCRPC_DEADLINE_EXCEEDED,
+				 "handshake deadline of %d ms exceeded%s",
+				 c->timeout_ms,
+				 c->auth_phase ? " (no key proof)" : "");
 	} else if (c->state == ZCRPC_CONN_CONNECTING) {
 		zcrpc__conn_fail(c, ZCRPC_DEADLINE_EXCEEDED,
 				 "connect deadline of %d ms exceeded",
@@ -399,6 +416,7 @@ void zcrpc__conn_free(zcrpc_conn *c)
 	zcrpc_worker *w = c->w;
 
 	zcrpc__worker_account_gone(w, c);
+	zcrpc__auth_free(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else

@@ -190,6 +190,7 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	zcrpc_connect_opts o;
 	struct zcrpc__job *job;
 	zcrpc_conn *c;
+	zcrpc_status st;
 
 	if (!w || !host || !port || !handlers || !out ||
 	    handlers->size < offsetof(zcrpc_conn_handlers, on_write_done))
@@ -216,6 +217,12 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	c = zcrpc__conn_alloc(w, handlers);
 	if (!c)
 		goto err_job;
+	st = zcrpc__auth_client_init(c, o.psk, o.psk_len, o.identity);
+	if (st != ZCRPC_OK) {
+		zcrpc__conn_free(c);
+		job_free(job);
+		return st;
+	}
 	c->timeout_ms = o.timeout_ms;
 	c->recv_depth = o.recv_depth;
 	c->sq_depth = o.send_depth;

@@ -10,18 +10,23 @@
 size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 			   size_t cap)
 {
-	if (cap < ZCRPC_HELLO_LEN)
+	int nonce = h->kind == ZCRPC_HELLO_ACCEPT && (h->features & ZCRPC_FEAT_AUTH);
+	size_t len = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN;
+
+	if (cap < len)
 		return 0;
-	memset(buf, 0, ZCRPC_HELLO_LEN);
+	memset(buf, 0, len);
 	zcrpc__put_le32(buf + 0, ZCRPC_HELLO_MAGIC);
 	buf[4] = h->version;
 	buf[5] = h->kind;
-	zcrpc__put_le16(buf + 6, ZCRPC_HELLO_LEN);
+	zcrpc__put_le16(buf + 6, (uint16_t)len);
 	zcrpc__put_le32(buf + 8, h->features);
 	zcrpc__put_le32(buf + 12, h->recv_depth);
 	zcrpc__put_le32(buf + 16, h->max_msg);
 	zcrpc__put_le32(buf + 20, h->status);
-	return ZCRPC_HELLO_LEN;
+	if (nonce)
+		memcpy(buf + ZCRPC_HELLO_LEN, h->nonce, ZCRPC_HELLO_NONCE_LEN);
+	return len;
 }
 
 __attribute__((format(printf, 4, 5))) static zcrpc_status
@@ -79,6 +84,14 @@ zcrpc_status zcrpc__hello_decode(const void *data, size_t len,
 		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
 			    "handshake has recv_depth %u, max_msg %u (both must be > 0)",
 			    (unsigned)h.recv_depth, (unsigned)h.max_msg);
+	memset(h.nonce, 0, sizeof(h.nonce));
+	if (h.kind == ZCRPC_HELLO_ACCEPT && (h.features & ZCRPC_FEAT_AUTH)) {
+		if (hlen < ZCRPC_HELLO_AUTH_LEN)
+			return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				    "handshake truncated: an ACCEPT requiring authentication has length %zu, the nonce needs %d",
+				    hlen, ZCRPC_HELLO_AUTH_LEN);
+		memcpy(h.nonce, buf + ZCRPC_HELLO_LEN, ZCRPC_HELLO_NONCE_LEN);
+	}
 	*out = h;
 	return ZCRPC_OK;
 }

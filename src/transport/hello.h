@@ -19,6 +19,8 @@
  *  |                      reserved (0)                             | 24
  *  |                      reserved (0)                             | 28
  *  +---------------------------------------------------------------+
+ *  |        nonce (32 bytes; only in an ACCEPT with FEAT_AUTH)     | 32
+ *  +---------------------------------------------------------------+
  *
  * All fields little-endian. docs/protocol.md is the normative description.
  */
@@ -40,9 +42,15 @@ extern "C" {
 #define ZCRPC_HELLO_MAX_CONNECT 56 /* RDMA CM private data limit on connect */
 #define ZCRPC_HELLO_MAX 196	   /* RDMA CM private data limit on accept */
 
-/* Feature bits; a connection uses the intersection of both sides' bits. */
+/* Feature bits; a connection uses the intersection of both sides' bits,
+ * except AUTH, whose meaning differs by direction (docs/protocol.md §1). */
 #define ZCRPC_FEAT_CREDITS 0x1U /* credit-based flow control (always set) */
-#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS)
+#define ZCRPC_FEAT_AUTH 0x2U	/* CONNECT: the client holds a pre-shared key;
+				   ACCEPT: the server requires AUTH; nonce follows */
+#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS) /* set in every hello */
+
+#define ZCRPC_HELLO_NONCE_LEN 32
+#define ZCRPC_HELLO_AUTH_LEN (ZCRPC_HELLO_LEN + ZCRPC_HELLO_NONCE_LEN) /* 64 */
 
 enum zcrpc_hello_kind {
 	ZCRPC_HELLO_CONNECT = 1,
@@ -57,10 +65,14 @@ struct zcrpc_hello {
 	uint32_t recv_depth;
 	uint32_t max_msg;
 	uint32_t status;
+	/* ACCEPT with ZCRPC_FEAT_AUTH: the server's fresh random nonce; zero
+	 * otherwise. */
+	uint8_t nonce[ZCRPC_HELLO_NONCE_LEN];
 };
 
-/* Writes @h into @buf (@cap bytes). Returns the encoded length, or 0 when
- * @cap < ZCRPC_HELLO_LEN. Reserved bytes are written as zero. */
+/* Writes @h into @buf (@cap bytes). Returns the encoded length (32, or 64
+ * for an ACCEPT with ZCRPC_FEAT_AUTH, which carries the nonce), or 0 when
+ * @cap is smaller than that. Reserved bytes are written as zero. */
 size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 			   size_t cap);
 
@@ -70,7 +82,8 @@ size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
  *   INVALID_ARGUMENT    truncated (< header or < its own length field),
  *                       oversized (length field beyond the CM limit),
  *                       bad magic, unknown kind, zero recv_depth/max_msg
- *                       in a CONNECT or ACCEPT
+ *                       in a CONNECT or ACCEPT, an ACCEPT with
+ *                       ZCRPC_FEAT_AUTH shorter than 64 bytes (no nonce)
  *   FAILED_PRECONDITION protocol version this build does not speak
  */
 zcrpc_status zcrpc__hello_decode(const void *buf, size_t len,

@@ -11,6 +11,8 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include "auth.h"
+#include "hello.h"
 #include "mempool.h"
 #include "test_hooks.h"
 #include "zcrpc/transport.h"
@@ -162,6 +164,7 @@ struct zcrpc_worker {
 	zcrpc_worker *ctx_next, *ctx_prev; /* ctx->workers (under ctx->lock) */
 	unsigned removed_seen;	  /* device indexes swept (removal.c) */
 	unsigned removed_gen;	  /* ctx->removed_gen when last swept */
+	uint64_t rejected_auth, rejected_busy, handshake_timeouts; /* admission */
 	char err[192];
 };
 
@@ -201,6 +204,8 @@ void zcrpc__device_close(zcrpc_worker *w, int idx);
 enum zcrpc__msg_type {
 	ZCRPC_MSG_DATA = 1,
 	ZCRPC_MSG_CREDIT = 2,
+	ZCRPC_MSG_AUTH = 3,	  /* client's key proof (auth.c) */
+	ZCRPC_MSG_AUTH_REPLY = 4, /* server's verdict (auth.c) */
 };
 
 #define ZCRPC_POLL_BATCH 16
@@ -228,6 +233,7 @@ enum zcrpc__sq_kind {
 	ZCRPC_SQ_KEEPALIVE = 3, /* a keepalive probe (0-byte RDMA WRITE) */
 	ZCRPC_SQ_BIND = 4,	/* IBV_WR_BIND_MW of a grant (mw.c) */
 	ZCRPC_SQ_INV = 5,	/* IBV_WR_LOCAL_INV revoking a grant (mw.c) */
+	ZCRPC_SQ_MSG_LAST = 6,	/* a message after which the connection closes */
 };
 
 struct zcrpc__sq_entry {
@@ -335,6 +341,11 @@ struct zcrpc_conn {
 	uint32_t peer_recv_depth, peer_max_msg;
 	uint32_t features;
 
+	/* Admission (auth.c): the key and nonce while authenticating. */
+	struct zcrpc__auth *auth; /* NULL: no key on this connection */
+	uint8_t auth_phase;	  /* enum zcrpc__auth_phase; 0 = not authenticating */
+	uint32_t recv_initial;	  /* receives posted at setup; 0 = recv_depth */
+
 	int64_t deadline_ns; /* connect or close deadline, 0 = none */
 	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
 	int timeout_ms;
@@ -349,6 +360,8 @@ struct zcrpc_listener {
 	struct zcrpc__src src;
 	uint16_t port;
 	int failed; /* its device went away: id released, accepts nothing */
+	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
+	uint32_t handshakes;	    /* accepted connections not yet handed over */
 };
 
 /* conn.c: lifecycle */
@@ -391,6 +404,31 @@ int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 		   const struct zcrpc__sq_entry *e, int force_signal);
 void zcrpc__conn_keepalive(zcrpc_conn *c);
 
+/* Receives at positions [@from, @to) from the pool (docs/design.md). */
+zcrpc_status zcrpc__conn_post_recvs(zcrpc_conn *c, uint32_t from, uint32_t to);
+/* The receive at @pos was consumed outside on_recv: repost it and owe the
+ * peer its credit. */
+void zcrpc__conn_recv_consumed(zcrpc_conn *c, uint32_t pos);
+/* Sends a transport message of @type with @len payload bytes from @data,
+ * outside the application's state checks (one credit, ring room needed).
+ * @last: the connection closes once it is sent (zcrpc__auth_last_sent). */
+zcrpc_status zcrpc__conn_send_ctrl(zcrpc_conn *c, uint8_t type,
+				   const void *data, size_t len, int last);
+
+/* auth.c: admission with a pre-shared key (see auth.h for the rest) */
+zcrpc_status zcrpc__auth_client_init(zcrpc_conn *c, const void *psk,
+				     size_t psk_len, const char *identity);
+zcrpc_status zcrpc__auth_server_init(zcrpc_conn *c, const zcrpc_listener *l);
+void zcrpc__auth_free(zcrpc_conn *c);
+void zcrpc__auth_fill_hello(const zcrpc_conn *c, struct zcrpc_hello *h);
+int zcrpc__auth_client_start(zcrpc_conn *c, const struct zcrpc_hello *h);
+int zcrpc__auth_server_hold(zcrpc_conn *c);
+void zcrpc__auth_on_msg(zcrpc_conn *c, uint32_t pos, const uint8_t *msg,
+			uint32_t len);
+void zcrpc__auth_on_imm(zcrpc_conn *c, uint32_t pos);
+void zcrpc__auth_last_sent(zcrpc_conn *c);
+void zcrpc__auth_peer_closed(zcrpc_conn *c);
+
 /* write.c: the RDMA-write path */
 void zcrpc__conn_pump_writes(zcrpc_conn *c);
 void zcrpc__write_finish(zcrpc_conn *c, struct zcrpc__write_op *op,
@@ -405,6 +443,8 @@ void zcrpc__jobs_join_all(zcrpc_worker *w);
 /* listener.c */
 void zcrpc__listener_on_readable(zcrpc_listener *l);
 /* Its device was removed: release the id; the listener accepts nothing. */
-void zcrpc__listener_release(zcrpc_listener *l);
+void zcrpc__listener_drop_device(zcrpc_listener *l);
+/* @c (accepted by its listener) leaves the handshake: handed over or failed. */
+void zcrpc__listener_release(zcrpc_conn *c);
 
 #endif /* ZCRPC_TRANSPORT_INTERNAL_H */

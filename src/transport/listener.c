@@ -17,7 +17,8 @@
 
 #include "hello.h"
 
-#define ZCRPC_ACCEPT_TIMEOUT_NS (10000LL * 1000000LL)
+#define ZCRPC_HANDSHAKE_TIMEOUT_MS 10000
+#define ZCRPC_MAX_HANDSHAKES 128
 
 void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
 {
@@ -25,6 +26,16 @@ void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
 	opts->size = sizeof(*opts);
 	opts->backlog = 128;
 	opts->conn_handlers.size = sizeof(opts->conn_handlers);
+	opts->max_handshakes = ZCRPC_MAX_HANDSHAKES;
+	opts->handshake_timeout_ms = ZCRPC_HANDSHAKE_TIMEOUT_MS;
+}
+
+void zcrpc__listener_release(zcrpc_conn *c)
+{
+	if (!c->listener)
+		return;
+	c->listener->handshakes--;
+	c->listener = NULL;
 }
 
 static void reject(struct rdma_cm_id *id, zcrpc_status st)
@@ -69,6 +80,21 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 		reject(id, ZCRPC_FAILED_PRECONDITION);
 		return;
 	}
+	/* Admission: a bounded number of handshakes, and a key if we have
+	 * one (docs/protocol.md §1). */
+	if (l->handshakes >= l->opts.max_handshakes) {
+		w->rejected_busy++;
+		zcrpc__worker_seterr(w, "rejected a connection: %u handshakes in progress (max_handshakes)",
+				     l->handshakes);
+		reject(id, ZCRPC_RESOURCE_EXHAUSTED);
+		return;
+	}
+	if (l->opts.psk && !(h.features & ZCRPC_FEAT_AUTH)) {
+		w->rejected_auth++;
+		zcrpc__worker_seterr(w, "rejected a connection without a pre-shared key");
+		reject(id, ZCRPC_UNAUTHENTICATED);
+		return;
+	}
 	c = zcrpc__conn_alloc(w, &l->opts.conn_handlers);
 	if (!c) {
 		reject(id, ZCRPC_RESOURCE_EXHAUSTED);
@@ -76,11 +102,18 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 	}
 	c->passive = 1;
 	c->listener = l;
+	l->handshakes++;
 	c->recv_depth = l->opts.recv_depth;
 	c->sq_depth = l->opts.send_depth;
 	c->peer_recv_depth = h.recv_depth;
 	c->peer_max_msg = h.max_msg;
+	c->credits = h.recv_depth;
 	c->features = h.features & ZCRPC_FEAT_ALL;
+	if (l->opts.psk) {
+		st = zcrpc__auth_server_init(c, l);
+		if (st != ZCRPC_OK)
+			goto err_reject;
+	}
 	st = zcrpc__conn_setup(c, id);
 	if (st != ZCRPC_OK)
 		goto err_reject;
@@ -96,8 +129,9 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 				 strerror(errno));
 		return;
 	}
-	c->timeout_ms = (int)(ZCRPC_ACCEPT_TIMEOUT_NS / 1000000LL);
-	c->deadline_ns = zcrpc__now_ns() + ZCRPC_ACCEPT_TIMEOUT_NS;
+	c->timeout_ms = l->opts.handshake_timeout_ms;
+	c->deadline_ns = zcrpc__now_ns() +
+			 (int64_t)l->opts.handshake_timeout_ms * 1000000LL;
 	zcrpc__worker_add_deadline(w, c->deadline_ns);
 	return;
 
@@ -108,7 +142,7 @@ err_reject:
 			 "accept failed");
 }
 
-void zcrpc__listener_release(zcrpc_listener *l)
+void zcrpc__listener_drop_device(zcrpc_listener *l)
 {
 	if (l->failed || !l->id)
 		return;
@@ -146,7 +180,7 @@ void zcrpc__listener_on_readable(zcrpc_listener *l)
 			l->id->event = NULL;
 			if (t == RDMA_CM_EVENT_DEVICE_REMOVAL) {
 				zcrpc__device_removed(l->w, l->id->verbs);
-				zcrpc__listener_release(l); /* if still held */
+				zcrpc__listener_drop_device(l); /* if still held */
 				break;
 			}
 		} else {
@@ -176,14 +210,27 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 	if (!l)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	l->w = w;
+	zcrpc_listen_opts_init(&l->opts); /* an older, smaller struct: defaults */
 	memcpy(&l->opts, opts,
 	       opts->size < sizeof(l->opts) ? opts->size : sizeof(l->opts));
 	l->opts.size = sizeof(l->opts);
+	if (!l->opts.max_handshakes)
+		l->opts.max_handshakes = ZCRPC_MAX_HANDSHAKES;
+	if (!l->opts.handshake_timeout_ms)
+		l->opts.handshake_timeout_ms = ZCRPC_HANDSHAKE_TIMEOUT_MS;
 	if ((l->opts.recv_depth &&
 	     (l->opts.recv_depth < 2 || l->opts.recv_depth > 32768)) ||
-	    l->opts.send_depth > 32768) {
+	    l->opts.send_depth > 32768 || l->opts.handshake_timeout_ms < 0 ||
+	    (!l->opts.psk && l->opts.psk_len) ||
+	    (l->opts.psk && (l->opts.psk_len < ZCRPC_PSK_MIN ||
+			     l->opts.psk_len > ZCRPC_PSK_MAX ||
+			     w->opts.max_msg < ZCRPC_AUTH_HDR_LEN + ZCRPC_IDENTITY_MAX))) {
 		free(l);
 		return ZCRPC_INVALID_ARGUMENT;
+	}
+	if (l->opts.psk) { /* our own copy */
+		memcpy(l->psk, l->opts.psk, l->opts.psk_len);
+		l->opts.psk = l->psk;
 	}
 
 	memset(&hints, 0, sizeof(hints));
@@ -231,6 +278,7 @@ err_ep:
 err_res:
 	rdma_freeaddrinfo(res);
 err_free:
+	explicit_bzero(l->psk, sizeof(l->psk));
 	free(l);
 	return st == ZCRPC_OK ? ZCRPC_INTERNAL : st;
 }
@@ -262,5 +310,6 @@ void zcrpc_listener_destroy(zcrpc_listener *l)
 		w->listeners = l->next;
 	if (l->next)
 		l->next->prev = l->prev;
+	explicit_bzero(l->psk, sizeof(l->psk)); /* the key copy */
 	free(l);
 }

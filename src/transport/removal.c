@@ -120,7 +120,7 @@ static void sweep_one(zcrpc_worker *w, int idx)
 	}
 	for (l = w->listeners; l; l = l->next)
 		if (verbs && l->id && l->id->verbs == verbs)
-			zcrpc__listener_release(l);
+			zcrpc__listener_drop_device(l);
 	zcrpc__pool_drop_device(w->pool, idx);
 	zcrpc__device_close(w, idx);
 }

@@ -61,9 +61,21 @@ static int refill(zcrpc_conn *c, uint32_t pos)
 
 zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c)
 {
+	uint32_t n = c->recv_depth;
+
+	/* An authenticating server posts only a few until the proof came. */
+	if (c->recv_initial && c->recv_initial < n)
+		n = c->recv_initial;
+	else
+		c->recv_initial = n;
+	return zcrpc__conn_post_recvs(c, 0, n);
+}
+
+zcrpc_status zcrpc__conn_post_recvs(zcrpc_conn *c, uint32_t from, uint32_t to)
+{
 	uint32_t i;
 
-	for (i = 0; i < c->recv_depth; i++) {
+	for (i = from; i < to; i++) {
 		if (refill(c, i)) {
 			zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED,
 					 "the worker's pool has no slot for receive %u of %u (pool_max_slots)",
@@ -97,7 +109,9 @@ void zcrpc__conn_retry_reposts(zcrpc_conn *c)
 static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 		       enum ibv_wc_status st)
 {
-	if (e->kind == ZCRPC_SQ_MSG)
+	int last = e->kind == ZCRPC_SQ_MSG_LAST;
+
+	if (e->kind == ZCRPC_SQ_MSG || last)
 		zcrpc__pool_put(c->w->pool, e->slot);
 	else if (e->kind == ZCRPC_SQ_KEEPALIVE)
 		c->ka_outstanding = 0;
@@ -111,6 +125,8 @@ static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 	e->kind = 0;
 	e->op = NULL;
 	e->g = NULL;
+	if (last)
+		zcrpc__auth_last_sent(c); /* a refusal went out: close */
 }
 
 void zcrpc__conn_release_queues(zcrpc_conn *c)
@@ -232,7 +248,7 @@ static void sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
 /* Sends the message in @s (payload of @len bytes already in place) with one
  * credit. The caller checked credits and ring room. */
 static int post_msg(zcrpc_conn *c, const struct zcrpc__slot *s, uint8_t type,
-		    size_t len)
+		    size_t len, uint8_t kind)
 {
 	uint32_t give = c->owed > 0xffff ? 0xffff : c->owed;
 	struct ibv_sge sge = {
@@ -245,7 +261,7 @@ static int post_msg(zcrpc_conn *c, const struct zcrpc__slot *s, uint8_t type,
 		.num_sge = 1,
 		.opcode = IBV_WR_SEND,
 	};
-	struct zcrpc__sq_entry e = {ZCRPC_SQ_MSG, s->id, NULL, NULL};
+	struct zcrpc__sq_entry e = {kind, s->id, NULL, NULL};
 	int rc;
 
 	s->ptr[0] = type;
@@ -254,7 +270,7 @@ static int post_msg(zcrpc_conn *c, const struct zcrpc__slot *s, uint8_t type,
 	zcrpc__put_le32(s->ptr + 4, (uint32_t)len);
 	if (sge.length <= c->max_inline)
 		wr.send_flags |= IBV_SEND_INLINE;
-	rc = zcrpc__sq_post(c, &wr, &e, 0);
+	rc = zcrpc__sq_post(c, &wr, &e, kind == ZCRPC_SQ_MSG_LAST);
 	if (rc)
 		return rc;
 	c->credits--;
@@ -274,7 +290,7 @@ static void maybe_send_credits(zcrpc_conn *c)
 		return;
 	if (zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN, &s) != ZCRPC_OK)
 		return; /* try again after the next completion */
-	if (post_msg(c, &s, ZCRPC_MSG_CREDIT, 0)) {
+	if (post_msg(c, &s, ZCRPC_MSG_CREDIT, 0, ZCRPC_SQ_MSG)) {
 		zcrpc__pool_put(c->w->pool, s.id);
 		return;
 	}
@@ -308,7 +324,7 @@ static zcrpc_status check_send(zcrpc_conn *c, size_t len)
 static zcrpc_status send_slot(zcrpc_conn *c, const struct zcrpc__slot *s,
 			      size_t len)
 {
-	int rc = post_msg(c, s, ZCRPC_MSG_DATA, len);
+	int rc = post_msg(c, s, ZCRPC_MSG_DATA, len, ZCRPC_SQ_MSG);
 
 	if (rc) {
 		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "ibv_post_send: %s",
@@ -317,6 +333,29 @@ static zcrpc_status send_slot(zcrpc_conn *c, const struct zcrpc__slot *s,
 	}
 	c->stats.msgs_sent++;
 	c->stats.bytes_sent += len;
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc__conn_send_ctrl(zcrpc_conn *c, uint8_t type,
+				   const void *data, size_t len, int last)
+{
+	struct zcrpc__slot s;
+	int rc;
+
+	if (len > c->peer_max_msg)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (c->credits < 1 || zcrpc__sq_room(c) < 1 ||
+	    zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN + len, &s) != ZCRPC_OK)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	if (len)
+		memcpy(s.ptr + ZCRPC_MSG_HDR_LEN, data, len);
+	rc = post_msg(c, &s, type, len, last ? ZCRPC_SQ_MSG_LAST : ZCRPC_SQ_MSG);
+	if (rc) {
+		zcrpc__pool_put(c->w->pool, s.id);
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "ibv_post_send: %s",
+				 strerror(rc));
+		return ZCRPC_UNAVAILABLE;
+	}
 	return ZCRPC_OK;
 }
 
@@ -431,12 +470,21 @@ static void recycle(zcrpc_conn *c, uint32_t pos, int kept)
 	c->owed++;
 }
 
+void zcrpc__conn_recv_consumed(zcrpc_conn *c, uint32_t pos)
+{
+	recycle(c, pos, 0);
+}
+
 static void on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 {
 	const uint8_t *p = c->recv[pos].ptr;
 	uint32_t len, got;
 	int kept;
 
+	if (c->auth_phase) { /* nothing but the admission exchange */
+		zcrpc__auth_on_msg(c, pos, p, byte_len);
+		return;
+	}
 	if (byte_len < ZCRPC_MSG_HDR_LEN) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: %u-byte message", byte_len);
@@ -529,15 +577,17 @@ static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 				 ibv_wc_status_str(wc->status));
 		return;
 	}
-	if (c->state == ZCRPC_CONN_CONNECTING && c->passive) {
+	if (c->state == ZCRPC_CONN_CONNECTING && c->passive && !c->auth_phase) {
 		/* Data may arrive before ESTABLISHED on the passive side
 		 * (rxe raises no COMM_EST): the client only sends once it
 		 * is established, so we are too. */
 		zcrpc__conn_established(c);
 	}
-	if (c->state != ZCRPC_CONN_ESTABLISHED)
+	if (c->state != ZCRPC_CONN_ESTABLISHED && !c->auth_phase)
 		return;
-	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && c->auth_phase)
+		zcrpc__auth_on_imm(c, (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT));
+	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
 		on_write_imm(c, (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
 			     ntohl(wc->imm_data), wc->byte_len);
 	else

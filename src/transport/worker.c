@@ -300,6 +300,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
 	const zcrpc_conn *c;
+	const zcrpc_listener *l;
 	unsigned i;
 
 	if (!out)
@@ -326,6 +327,11 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->async_events = w->async_events;
 	out->grants = t.grants;
 	out->revokes = t.revokes;
+	out->rejected_auth = w->rejected_auth;
+	out->rejected_busy = w->rejected_busy;
+	out->handshake_timeouts = w->handshake_timeouts;
+	for (l = w->listeners; l; l = l->next)
+		out->handshakes += l->handshakes;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;
