@@ -271,7 +271,9 @@ static void on_done(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 		}
 		break;
 	case ZCRPC_UNAVAILABLE:
-		c->unavailable++;
+		if (!c->unavailable++)
+			snprintf(c->first_unavailable, sizeof(c->first_unavailable),
+				 "%s", r->message ? r->message : "");
 		if (!run->cfg->unavailable_ok) {
 			c->unexpected++;
 			fail(c, "UNAVAILABLE: %s", r->message);
@@ -415,6 +417,10 @@ int soak_client_run(const struct soak_cfg *cfg, struct soak_counts *c)
 		}
 		if (cfg->report_every_s && now_ns() >= next_report) {
 			next_report += (int64_t)cfg->report_every_s * 1000000000LL;
+			c->seconds = (double)(now_ns() - t0) / 1e9;
+			zcrpc_channel_get_stats(ch, &cs);
+			c->late_replies = cs.late_replies;
+			c->reconnects = cs.reconnects;
 			soak_counts_print(c, "progress");
 		}
 	}
@@ -457,7 +463,7 @@ void soak_counts_print(const struct soak_counts *c, const char *who)
 		"%s: issued %llu completed %llu duplicates %llu ok %llu cancelled %llu "
 		"deadline %llu unavailable %llu unexpected %llu bad_data %llu bulk_ok %llu "
 		"refused %llu late_replies %llu reconnects %llu pool_in_use %llu "
-		"seconds %.1f%s%s\n",
+		"seconds %.1f%s%s%s%s\n",
 		who, (unsigned long long)c->issued,
 		(unsigned long long)c->completed,
 		(unsigned long long)c->duplicates, (unsigned long long)c->ok,
@@ -469,5 +475,7 @@ void soak_counts_print(const struct soak_counts *c, const char *who)
 		(unsigned long long)c->late_replies,
 		(unsigned long long)c->reconnects,
 		(unsigned long long)c->pool_in_use, c->seconds,
-		c->first_error[0] ? " error: " : "", c->first_error);
+		c->first_error[0] ? " error: " : "", c->first_error,
+		c->first_unavailable[0] ? " first UNAVAILABLE: " : "",
+		c->first_unavailable);
 }

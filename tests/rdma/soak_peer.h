@@ -76,6 +76,7 @@ struct soak_counts {
 	uint64_t late_replies, reconnects;
 	double seconds;
 	char first_error[200];
+	char first_unavailable[200]; /* its message: why the connection went */
 };
 
 /* Makes cfg->calls calls on a new worker and channel, waits for all of
