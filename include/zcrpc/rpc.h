@@ -220,8 +220,10 @@ ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
 
 /* ---- server ------------------------------------------------------------- */
 
-/** A request as the handler sees it. Valid until the call is replied to;
- * @data and @attachment lie in registered memory the library owns. */
+/** A request as the handler sees it. The struct itself is valid only
+ * during the handler call (copy it to reply later); what it points to
+ * (@data, @attachment, @md) stays valid until the call is replied to and
+ * lies in registered memory the library owns. */
 typedef struct zcrpc_request {
 	uint32_t method_id;
 	const void *data;

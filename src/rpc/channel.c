@@ -360,7 +360,12 @@ static void flush_queue(zcrpc_channel *ch)
 		ch->q_len--;
 		ch->st.pending--;
 		if (st != ZCRPC_OK) {
-			complete(ch, c, st, "sending the request failed");
+			/* FAILED_PRECONDITION: the connection is closing (it
+			 * failed or was told to go away): that is UNAVAILABLE
+			 * to the caller, like the calls it had in flight. */
+			complete(ch, c,
+				 st == ZCRPC_FAILED_PRECONDITION ? ZCRPC_UNAVAILABLE : st,
+				 "sending the request failed: connection closing");
 			continue;
 		}
 		c->conn = ch->conn;

@@ -411,6 +411,15 @@ zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c)
 	return ZCRPC_OK;
 }
 
+zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c)
+{
+	if (!c || c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
+		return ZCRPC_FAILED_PRECONDITION;
+	c->credits += 1u << 20;
+	c->peer_recv_depth += 1u << 20;
+	return ZCRPC_OK;
+}
+
 void zcrpc__conn_free(zcrpc_conn *c)
 {
 	zcrpc_worker *w = c->w;

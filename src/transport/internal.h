@@ -392,6 +392,17 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now);
  */
 zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c);
 
+/*
+ * Tests only (rdma.Faults, T10): turns credit-based flow control off for
+ * an ESTABLISHED connection by granting it 2^20 extra credits (the peer's
+ * window grows alike, so credit updates still check out). Sends then go
+ * out whether or not the peer has a receive posted: with rnr_retry_count 0
+ * the first one that finds none fails the connection (RNR retry exceeded).
+ * Off by default; nothing else reaches it. Returns OK or
+ * FAILED_PRECONDITION (not established).
+ */
+zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c);
+
 /* sendrecv.c: the send/recv path, credits, completions */
 zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c);
 zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c);

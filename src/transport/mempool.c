@@ -123,6 +123,7 @@ static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
 	size_t bytes;
 	int err;
 
+	p->err[0] = 0; /* the message describes the latest failure only */
 	if (c->st.capacity >= c->cfg.max_slots)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	if (n > c->cfg.max_slots - c->st.capacity)

@@ -77,9 +77,12 @@ zcrpc_status zcrpc__conn_post_recvs(zcrpc_conn *c, uint32_t from, uint32_t to)
 
 	for (i = from; i < to; i++) {
 		if (refill(c, i)) {
+			const char *why = zcrpc__pool_error(c->w->pool);
+
 			zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED,
-					 "the worker's pool has no slot for receive %u of %u (pool_max_slots)",
-					 i + 1, c->recv_depth);
+					 "the worker's pool has no slot for receive %u of %u (%s)",
+					 i + 1, c->recv_depth,
+					 why[0] ? why : "pool_max_slots");
 			return ZCRPC_RESOURCE_EXHAUSTED;
 		}
 		if (c->state == ZCRPC_CONN_CLOSED)
