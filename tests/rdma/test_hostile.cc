@@ -391,8 +391,11 @@ TEST_F(Hostile, GarbageFromOneClientNeverReachesAWellBehavedOne)
 			Drive(hw, [&] { return c->closed || c->frames >= f0 + n; }, Scaled(ms));
 		};
 
+		// The time given, and at least one attack of every kind.
 		const auto stop_at = steady_clock::now() + seconds(secs);
-		while (steady_clock::now() < stop_at) {
+		const auto hard_stop = stop_at + Scaled(60000);
+		while (steady_clock::now() < stop_at ||
+		       (attacks < 12 && steady_clock::now() < hard_stop)) {
 			if (!cur || cur->closed) {
 				if (cur && cur->closed)
 					closes_seen++;
@@ -617,19 +620,23 @@ TEST_F(Hostile, GarbageFromOneClientNeverReachesAWellBehavedOne)
 	EXPECT_EQ(good.errors.load(), 0u) << good.first_error;
 	EXPECT_EQ(good.stats.calls_failed, 0u);
 	EXPECT_EQ(good.stats.reconnects, 0u) << "the good client lost its connection";
-	// Inline and bulk calls kept flowing: at least one per second of attack
-	// (the loaded guest made about four; a quiet one many more).
-	EXPECT_GE(good.ok.load(), static_cast<uint64_t>(secs));
+	// Inline and bulk calls kept flowing: at least one every two seconds of
+	// attack (the ASan build in a guest on a loaded host made 1.6/s, the
+	// plain one 3-4/s; a quiet guest many more).
+	EXPECT_GE(good.ok.load(), static_cast<uint64_t>(secs / 2));
 	for (unsigned k = 0; k < 12; k++)
 		EXPECT_GT(tally.by_kind[k].load(), 0u) << "attack kind " << k << " never ran";
-	EXPECT_GE(tally.attacks.load(), 48u);
-	EXPECT_GE(tally.connects.load(), 10u) << "the server closed too few hostile connections";
-	EXPECT_GT(tally.closes.load(), 5u);
+	EXPECT_GE(tally.attacks.load(), 12u * kThreads);
+	// Each thread's cycle has at least three attacks that always break the
+	// protocol (lying lengths, bad metadata, unknown or server-only types):
+	// every thread was closed by the server and reconnected.
+	EXPECT_GE(tally.connects.load(), 2u * kThreads);
+	EXPECT_GE(tally.closes.load(), kThreads);
 	EXPECT_GT(tally.oversized.load(), 0u);
 	EXPECT_GT(tally.grants.load(), 0u);
 	// The fault landed: the server counted the protocol errors.
 	zcrpc_server_stats s1 = server.Stats();
-	EXPECT_GE(s1.protocol_errors - sbase.protocol_errors, 10u);
+	EXPECT_GE(s1.protocol_errors - sbase.protocol_errors, 3u * kThreads);
 	EXPECT_GT(s1.unimplemented, sbase.unimplemented);
 
 	// Once every hostile connection is gone the server holds what it held
