@@ -310,7 +310,8 @@ md.append(f"Run {run.get('date', '?')} ({'quick' if run.get('quick') else 'full'
           f"running: {run.get('other_guests_before', '?')} at start, "
           f"{run.get('other_guests_after', '?')} at end.")
 md.append("")
-md.append("Latency: round trip (RTT) in µs, one message each way, one in flight, busy-poll. "
+md.append("Latency: round trip (RTT) in µs, one message each way, one in flight, busy-poll (gRPC: "
+          "blocking stub, epoll). "
           "Reference = 2 × ib_send_lat t_typical (perftest reports RTT/2).")
 md.append("")
 md.append("| size | 2×ib_send_lat | 2×ib_write_lat | transport p50 / p99 / p99.9 | ratio | "
