@@ -13,9 +13,10 @@
  *     within the CM limit and covered by the input, non-zero credits and
  *     message size outside REJECT;
  *   - re-encoding the decoded fields gives the input's 32 bytes except the
- *     reserved words and the length field, and decoding that encoding gives
- *     the same fields (a peer speaking a longer hello of this version is
- *     understood as its first 32 bytes).
+ *     reserved words and the length field (and, for an ACCEPT with the AUTH
+ *     feature, the 32-byte nonce that follows), and decoding that encoding
+ *     gives the same fields (a peer speaking a longer hello of this version
+ *     is understood as its first 32 or 64 bytes).
  * Any violation is __builtin_trap(), which libFuzzer reports as a crash.
  *
  * Built with clang -fsanitize=fuzzer,address,undefined by
@@ -41,14 +42,16 @@ static void check_same(const struct zcrpc_hello *a, const struct zcrpc_hello *b)
 	CHECK(a->recv_depth == b->recv_depth);
 	CHECK(a->max_msg == b->max_msg);
 	CHECK(a->status == b->status);
+	CHECK(memcmp(a->nonce, b->nonce, sizeof(a->nonce)) == 0);
 }
 
 static void check_accepted(const uint8_t *data, size_t size,
 			   const struct zcrpc_hello *h)
 {
-	uint8_t enc[ZCRPC_HELLO_LEN], tiny[ZCRPC_HELLO_LEN - 1];
+	uint8_t enc[ZCRPC_HELLO_AUTH_LEN], tiny[ZCRPC_HELLO_LEN - 1];
 	struct zcrpc_hello g;
-	size_t hlen;
+	size_t hlen, want;
+	int nonce;
 
 	CHECK(size >= ZCRPC_HELLO_LEN);
 	hlen = zcrpc__get_le16(data + 6);
@@ -59,17 +62,23 @@ static void check_accepted(const uint8_t *data, size_t size,
 	CHECK(h->kind == data[5]);
 	if (h->kind != ZCRPC_HELLO_REJECT)
 		CHECK(h->recv_depth > 0 && h->max_msg > 0);
+	nonce = h->kind == ZCRPC_HELLO_ACCEPT && (h->features & ZCRPC_FEAT_AUTH);
+	want = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN;
+	CHECK(hlen >= want);
 
 	/* Encode: the fields come back byte for byte; length and reserved
 	 * words are this build's. */
 	CHECK(zcrpc__hello_encode(h, tiny, sizeof(tiny)) == 0);
-	CHECK(zcrpc__hello_encode(h, enc, sizeof(enc)) == ZCRPC_HELLO_LEN);
+	CHECK(zcrpc__hello_encode(h, enc, sizeof(enc)) == want);
 	CHECK(memcmp(enc, data, 6) == 0);
-	CHECK(zcrpc__get_le16(enc + 6) == ZCRPC_HELLO_LEN);
+	CHECK(zcrpc__get_le16(enc + 6) == want);
 	CHECK(memcmp(enc + 8, data + 8, 16) == 0);
 	CHECK(zcrpc__get_le32(enc + 24) == 0 && zcrpc__get_le32(enc + 28) == 0);
+	if (nonce)
+		CHECK(memcmp(enc + ZCRPC_HELLO_LEN, data + ZCRPC_HELLO_LEN,
+			     ZCRPC_HELLO_NONCE_LEN) == 0);
 	memset(&g, 0xa5, sizeof(g));
-	CHECK(zcrpc__hello_decode(enc, sizeof(enc), &g, NULL, 0) == ZCRPC_OK);
+	CHECK(zcrpc__hello_decode(enc, want, &g, NULL, 0) == ZCRPC_OK);
 	check_same(h, &g);
 }
 
