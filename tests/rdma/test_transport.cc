@@ -164,12 +164,17 @@ public:
 	{
 		return ProgressUntil(w, f, t);
 	}
-	~Server()
+	// Destroys the worker and its connections (with the memory windows
+	// they hold, which must go before the registrations they are bound to).
+	void Shutdown()
 	{
 		Stop();
 		zcrpc_listener_destroy(l_);
+		l_ = nullptr;
 		zcrpc_worker_destroy(w);
+		w = nullptr;
 	}
+	~Server() { Shutdown(); }
 	uint16_t port = 0;
 
 private:
@@ -324,6 +329,7 @@ TEST_F(Transport, WriteWithImmediate64MiBFromUserMemoryVerified)
 	EXPECT_EQ(ss.copied_bytes, 0u);
 	zcrpc_conn_destroy(cl.conn);
 	cl.conn = nullptr;
+	server.Shutdown(); // its grant goes before the registration
 	zcrpc_mr_deregister(smr);
 	zcrpc_mr_deregister(tmr);
 	zcrpc_context_destroy(ctx);
@@ -604,6 +610,7 @@ TEST_F(Transport, OversizedMessagesAndWritesOutsideTheGrantAreRefused)
 	cl.conn = nullptr;
 	EXPECT_EQ(zcrpc_conn_write(nullptr, smr, 0, 1, &r, 0, nullptr, nullptr),
 		  ZCRPC_INVALID_ARGUMENT);
+	server.Shutdown(); // its grant goes before the registration
 	zcrpc_mr_deregister(smr);
 	zcrpc_mr_deregister(tmr);
 	zcrpc_mr_deregister(plain);
