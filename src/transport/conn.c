@@ -308,7 +308,10 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
 	if (!c->deadline_ns || now < c->deadline_ns)
 		return;
 	c->deadline_ns = 0;
-	if (c->closing) {
+	if (c->closing && c->drain_close) {
+		c->drain_close = 0; /* the teardown disconnects */
+		zcrpc__conn_fail(c, ZCRPC_OK, "closed (send queue did not drain)");
+	} else if (c->closing) {
 		c->disconnected = 1; /* rdma_disconnect was called */
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed (peer did not confirm)");
 	} else if (c->state == ZCRPC_CONN_CONNECTING && c->passive) {
@@ -336,14 +339,34 @@ void zcrpc_conn_close(zcrpc_conn *c)
 	c->closing = 1;
 	zcrpc__conn_fail_writes(c, ZCRPC_CANCELLED);
 	zcrpc__mw_fail_all(c);
+	c->deadline_ns = zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS;
+	zcrpc__worker_add_deadline(c->w, c->deadline_ns);
+	if (c->sq_head != c->sq_tail) {
+		/* What was posted goes out first (rdma_disconnect would flush
+		 * it): a signaled probe completes only after everything before
+		 * it did, unsignaled sends included. */
+		c->drain_close = 1;
+		if (!c->ka_outstanding)
+			zcrpc__conn_keepalive(c);
+		return;
+	}
+	zcrpc__conn_close_drained(c);
+}
+
+/* The orderly close, once the send queue is empty: rdma_disconnect moves
+ * the QP to error (receives flush) and sends the DREQ; DISCONNECTED (or
+ * the close deadline) finishes it. */
+void zcrpc__conn_close_drained(zcrpc_conn *c)
+{
+	c->drain_close = 0;
+	if (c->state == ZCRPC_CONN_CLOSED)
+		return;
 	if (rdma_disconnect(c->id)) {
 		c->disconnected = 1;
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed");
 		return;
 	}
 	c->disconnected = 1;
-	c->deadline_ns = zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS;
-	zcrpc__worker_add_deadline(c->w, c->deadline_ns);
 }
 
 void zcrpc_conn_destroy(zcrpc_conn *c)

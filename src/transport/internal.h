@@ -307,6 +307,7 @@ struct zcrpc_conn {
 	unsigned want_writable : 1; /* a send was refused: tell on_writable */
 	unsigned ka_outstanding : 1; /* a keepalive probe is in the ring */
 	unsigned test_broken : 1;    /* zcrpc__conn_test_break_qp(): frozen */
+	unsigned drain_close : 1;    /* closing: disconnect once the SQ drained */
 
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;
@@ -379,6 +380,7 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 void zcrpc__conn_teardown(zcrpc_conn *c);
 void zcrpc__conn_free(zcrpc_conn *c);
 void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now);
+void zcrpc__conn_close_drained(zcrpc_conn *c);
 
 /*
  * Tests only: moves the connection's QP to IBV_QPS_ERR with ibv_modify_qp,

@@ -244,6 +244,8 @@ static void sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
 		reap_entry(c, e, c->sq_head == seq ? st : IBV_WC_SUCCESS);
 		c->sq_head++;
 	}
+	if (c->drain_close && c->sq_head == c->sq_tail)
+		zcrpc__conn_close_drained(c);
 }
 
 /* ---- sending ------------------------------------------------------------ */
