@@ -75,6 +75,14 @@ struct DeviceRestorer {
 	~DeviceRestorer() { Restore(); }
 };
 
+std::string ReadLine(const std::string &path)
+{
+	std::ifstream f(path);
+	std::string l;
+	std::getline(f, l);
+	return l;
+}
+
 // The netdev under an rxe device, read from sysfs (e.g. "veth1").
 std::string NetdevOf(const std::string &dev)
 {
@@ -291,10 +299,39 @@ TEST_F(Device, PortDownFailsConnectsFastAndTrafficRecoversWhenItComesBack)
 {
 	const std::string netdev = NetdevOf(env_.dev1);
 	ASSERT_FALSE(netdev.empty());
+	// Taking a link down flushes what the harness configured on it (IPv6
+	// addresses, the cross-veth routes and permanent neighbours): put it
+	// all back, whatever the test's outcome, for the tests that follow.
 	struct LinkUp {
 		std::string n;
-		~LinkUp() { std::system(("ip link set " + n + " up").c_str()); }
-	} link_up{netdev};
+		const RxeEnv &env;
+		~LinkUp()
+		{
+			std::string v0 = NetdevOf(env.dev0), v1 = n;
+			std::string mac0 = ReadLine("/sys/class/net/" + v0 + "/address");
+			std::string mac1 = ReadLine("/sys/class/net/" + v1 + "/address");
+			const std::string cmds[] = {
+				"ip link set " + v1 + " up",
+				"ip link set " + v0 + " up",
+				"ip -6 addr replace " + env.addr0_v6 + "/64 dev " + v0 + " nodad",
+				"ip -6 addr replace " + env.addr1_v6 + "/64 dev " + v1 + " nodad",
+				"ip route replace " + env.addr0 + "/32 dev " + v1 + " table 100",
+				"ip route replace " + env.addr1 + "/32 dev " + v0 + " table 101",
+				"ip neigh replace " + env.addr0 + " lladdr " + mac0 + " dev " + v1 +
+					" nud permanent",
+				"ip neigh replace " + env.addr1 + " lladdr " + mac1 + " dev " + v0 +
+					" nud permanent",
+			};
+			for (const auto &c : cmds)
+				if (std::system((c + " 2>/dev/null").c_str()) != 0)
+					ADD_FAILURE() << "could not restore: " << c;
+			// Wait for both devices' GIDs to come back.
+			auto until = steady_clock::now() + Scaled(20000);
+			while (!(HasIpv4Gid(env.dev0, env.addr0) && HasIpv4Gid(env.dev1, env.addr1)) &&
+			       steady_clock::now() < until)
+				std::this_thread::sleep_for(50ms);
+		}
+	} link_up{netdev, env_};
 	zcrpc_context *ctx = nullptr;
 	ASSERT_EQ(zcrpc_context_create(&ctx), ZCRPC_OK);
 	{
