@@ -570,6 +570,9 @@ typedef struct zcrpc_conn_stats {
 	uint64_t keepalives_sent;	 /**< keepalive probes posted */
 	uint64_t grants;		 /**< memory windows bound (zcrpc_mr_grant) */
 	uint64_t revokes;		 /**< windows invalidated (zcrpc_grant_revoke completed) */
+	uint64_t wr_deferred;		 /**< work requests held back until the send
+					  *   queue drained for a window bind or
+					  *   invalidate (docs/design.md) */
 } zcrpc_conn_stats;
 
 /** Copies the connection's counters into @out. */
@@ -597,6 +600,8 @@ typedef struct zcrpc_worker_stats {
 	uint64_t rejected_busy;	     /**< connect requests refused: max_handshakes in progress */
 	uint64_t handshake_timeouts; /**< accepted connections closed at handshake_timeout_ms */
 	uint32_t handshakes;	     /**< accepted connections in their handshake right now */
+	uint64_t wr_deferred;	     /**< work requests held back behind a window
+				      *   bind or invalidate (see zcrpc_conn_stats) */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

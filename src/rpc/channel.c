@@ -6,6 +6,7 @@
  * reply to a finished call is recognised and dropped), a bounded queue of
  * calls waiting for a connection or credits, and a bulk-buffer cache. */
 #include "rpc_internal.h"
+#include "../transport/test_hooks.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -1201,4 +1202,27 @@ void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out)
 	memset(out, 0, sizeof(*out));
 	if (ch)
 		*out = ch->st;
+}
+
+void zcrpc__channel_test_dump(zcrpc_channel *ch, FILE *out)
+{
+	static const char *const names[] = {"free", "queued", "sent", "writing",
+					    "reply_bulk", "reply_revoking", "done",
+					    "zombie"};
+	uint32_t i;
+
+	fprintf(out, "channel: conn %p up %d draining %p q_len %u\n",
+		(void *)ch->conn, ch->conn_up, (void *)ch->draining, ch->q_len);
+	for (i = 0; i < ch->ncalls; i++) {
+		struct ccall *c = &ch->calls[i];
+
+		if (c->state == CS_FREE)
+			continue;
+		fprintf(out,
+			"call %u: %s conn %p bulk %zu granted %u revoking %u "
+			"wps %u grant %p deadline in %lld ms\n",
+			i, names[c->state], (void *)c->conn, c->bulk_len, c->granted,
+			c->revoking, c->write_pending_status, (void *)c->reply_grant,
+			(long long)((c->deadline_ns - zcrpc__now_ns()) / 1000000));
+	}
 }

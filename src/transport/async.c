@@ -185,3 +185,30 @@ zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 	       type == IBV_EVENT_CQ_ERR ? (const void *)c->cq : NULL);
 	return ZCRPC_OK;
 }
+
+void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out)
+{
+	zcrpc_conn *c;
+	int64_t now = zcrpc__now_ns();
+
+	fprintf(out, "worker: next_keepalive in %lld ms\n",
+		w->next_keepalive_ns ? (long long)((w->next_keepalive_ns - now) / 1000000) : -1LL);
+	for (c = w->conns; c; c = c->next) {
+		struct zcrpc__write_op *op;
+		int nwq = 0;
+
+		for (op = c->wq; op; op = op->next)
+			nwq++;
+		fprintf(out,
+			"conn %p: state %d closing %u drain %u dead %u torn %u broken %u "
+			"ka_out %u idle %lld ms sq %llu..%llu posted to %llu (room %d, mw.used %u, "
+			"inv waiting %d) wq %d credits %u owed %u detail '%s'\n",
+			(void *)c, (int)c->state, c->closing, c->drain_close, c->dead,
+			c->torn_down, c->test_broken, c->ka_outstanding,
+			(long long)((now - c->last_active_ns) / 1000000),
+			(unsigned long long)c->sq_head, (unsigned long long)c->sq_tail,
+			(unsigned long long)c->sq_posted,
+			c->sq ? zcrpc__sq_room(c) : -1, c->mw.used,
+			c->mw.inv_head != NULL, nwq, c->credits, c->owed, c->detail);
+	}
+}

@@ -344,7 +344,7 @@ void zcrpc_conn_close(zcrpc_conn *c)
 	if (c->sq_head != c->sq_tail) {
 		/* What was posted goes out first (rdma_disconnect would flush
 		 * it): a signaled probe completes only after everything before
-		 * it did, unsignaled sends included. */
+		 * it did. */
 		c->drain_close = 1;
 		if (!c->ka_outstanding)
 			zcrpc__conn_keepalive(c);

@@ -241,6 +241,15 @@ struct zcrpc__sq_entry {
 	zcrpc__slot_id slot;
 	struct zcrpc__write_op *op; /* last piece of a write, else NULL */
 	struct zcrpc_grant *g;	    /* BIND / INV: the window */
+	struct zcrpc__deferred_wr *dw; /* not posted yet (sendrecv.c) */
+};
+
+/* A work request held back behind a BIND / LOCAL_INV that waits for the
+ * send queue to drain (sendrecv.c, docs/design.md "Local operations"). */
+struct zcrpc__deferred_wr {
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	uint32_t mw_rkey; /* BIND: the window's key when it was posted */
 };
 
 /* ---- mw.c: grants as type-2 memory windows ------------------------------ */
@@ -333,7 +342,7 @@ struct zcrpc_conn {
 	struct zcrpc__mw_set mw;
 	struct zcrpc__sq_entry *sq;
 	uint64_t sq_head, sq_tail; /* sequence numbers */
-	uint32_t unsignaled;
+	uint64_t sq_posted; /* [sq_head, sq_posted) posted; the rest deferred */
 	struct zcrpc__write_op *wq, *wq_tail; /* writes not fully posted */
 
 	/* Credits (docs/protocol.md §3). */
@@ -415,6 +424,7 @@ void zcrpc__conn_retry_reposts(zcrpc_conn *c);
 int zcrpc__sq_room(const zcrpc_conn *c);
 int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 		   const struct zcrpc__sq_entry *e, int force_signal);
+void zcrpc__sq_post_deferred(zcrpc_conn *c);
 void zcrpc__conn_keepalive(zcrpc_conn *c);
 
 /* Receives at positions [@from, @to) from the pool (docs/design.md). */

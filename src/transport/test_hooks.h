@@ -4,6 +4,7 @@
 #define ZCRPC_TRANSPORT_TEST_HOOKS_H
 
 #include <infiniband/verbs.h>
+#include <stdio.h>
 
 #include "zcrpc/transport.h"
 
@@ -16,6 +17,13 @@ extern "C" {
  * Returns INVALID_ARGUMENT when @c has no QP. */
 zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 					    enum ibv_event_type type);
+
+/* Prints @w's connections' internal state to @out (diagnosis of hangs). */
+void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out);
+
+/* Prints @ch's calls that are not free, by state (diagnosis of hangs). */
+struct zcrpc_channel;
+void zcrpc__channel_test_dump(struct zcrpc_channel *ch, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -288,6 +288,7 @@ static void add_stats(zcrpc_conn_stats *t, const zcrpc_conn_stats *s)
 	t->keepalives_sent += s->keepalives_sent;
 	t->grants += s->grants;
 	t->revokes += s->revokes;
+	t->wr_deferred += s->wr_deferred;
 }
 
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
@@ -327,6 +328,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->async_events = w->async_events;
 	out->grants = t.grants;
 	out->revokes = t.revokes;
+	out->wr_deferred = t.wr_deferred;
 	out->rejected_auth = w->rejected_auth;
 	out->rejected_busy = w->rejected_busy;
 	out->handshake_timeouts = w->handshake_timeouts;

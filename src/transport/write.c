@@ -69,7 +69,7 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 			.num_sge = 1,
 			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
 		};
-		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL};
+		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL};
 		int rc;
 
 		if (imm && c->credits < 2) { /* it consumes a peer receive */

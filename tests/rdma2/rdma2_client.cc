@@ -1,5 +1,9 @@
 #include "rdma2_client.h"
 
+#include "../../src/transport/test_hooks.h"
+
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -135,4 +139,14 @@ int Rdma2Client::Corrupt() const
 	for (const auto &c : calls_)
 		n += c.corrupt;
 	return n;
+}
+
+void Rdma2Client::Dump() const
+{
+	zcrpc__channel_test_dump(ch_, stderr);
+	zcrpc__worker_test_dump(w_, stderr);
+	fflush(stderr);
+	if (system("grep -H . /sys/class/infiniband/*/ports/1/hw_counters/* 1>&2; "
+		   "ip -s link show 1>&2; tc -s qdisc show 1>&2") != 0)
+		std::fprintf(stderr, "(diagnostics incomplete)\n");
 }

@@ -68,6 +68,8 @@ public:
 	int Corrupt() const;
 
 	static uint8_t Pattern(uint32_t seed, size_t i);
+	// Prints the channel's and the worker's internal state (after a hang).
+	void Dump() const;
 
 private:
 	static void OnReply(zcrpc_channel *ch, const zcrpc_reply *r, void *arg);

@@ -57,8 +57,11 @@ void PeerDeath::InFlightCallsFailThenRecover(int port, const char *cut, const ch
 	touched_peer_ = true;
 	steady_clock::time_point t0, t1;
 	ASSERT_EQ(c.CtlWhileProgressing(cut, &t0, &t1), 0) << cut;
-	ASSERT_TRUE(c.ProgressUntil([&] { return c.outstanding() == 0; }, Bound(c.opts()) + Scaled(30000)))
-		<< c.outstanding() << " calls still outstanding";
+	bool drained = c.ProgressUntil([&] { return c.outstanding() == 0; },
+				       Bound(c.opts()) + Scaled(30000));
+	if (!drained)
+		c.Dump();
+	ASSERT_TRUE(drained) << c.outstanding() << " calls still outstanding";
 	auto last = t0, first = steady_clock::time_point::max();
 	int unavailable = 0, other = 0;
 	for (const auto &call : c.calls()) {
