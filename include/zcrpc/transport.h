@@ -573,6 +573,10 @@ typedef struct zcrpc_conn_stats {
 	uint64_t wr_deferred;		 /**< work requests held back until the send
 					  *   queue drained for a window bind or
 					  *   invalidate (docs/design.md) */
+	uint64_t flushed_wcs;		 /**< flush completions collected at teardown
+					  *   (every WR still posted gets one) */
+	uint64_t unflushed_wrs;		 /**< WRs posted at teardown whose flush did
+					  *   not come within 100 ms (should stay 0) */
 } zcrpc_conn_stats;
 
 /** Copies the connection's counters into @out. */
@@ -602,6 +606,8 @@ typedef struct zcrpc_worker_stats {
 	uint32_t handshakes;	     /**< accepted connections in their handshake right now */
 	uint64_t wr_deferred;	     /**< work requests held back behind a window
 				      *   bind or invalidate (see zcrpc_conn_stats) */
+	uint64_t flushed_wcs;	     /**< flush completions collected at teardown */
+	uint64_t unflushed_wrs;	     /**< WRs whose flush did not come (should stay 0) */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out. */

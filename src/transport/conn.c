@@ -4,12 +4,18 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hello.h"
+#include "test_hooks.h"
+
+/* zcrpc__test_next_cq_entries(): the next connection's CQ size, 0 = normal. */
+static atomic_int test_next_cqe;
 
 #define ZCRPC_INLINE_WANTED 220
 #define ZCRPC_CLOSE_TIMEOUT_NS (2000LL * 1000000LL)
@@ -75,6 +81,12 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	c->mw.depth = c->sq_depth;
 	c->sq_size = c->sq_depth + c->mw.depth;
 	cqe = c->recv_depth + c->sq_size;
+	{
+		int small = atomic_exchange(&test_next_cqe, 0);
+
+		if (small > 0)
+			cqe = (uint32_t)small; /* tests only: an undersized CQ */
+	}
 	if ((int)cqe > c->dev->attr->max_cqe ||
 	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||
 	    (int)c->sq_size > c->dev->attr->max_qp_wr) {
@@ -390,6 +402,40 @@ void zcrpc_conn_destroy(zcrpc_conn *c)
  * exactly once: what the send ring and the receive positions still hold.
  * The id goes last: rdma_destroy_id waits for events already read, which
  * are always acknowledged at once. */
+/* The QP is in error: collects the flush completions of every work request
+ * still posted (receives and sends), for at most ZCRPC_FLUSH_WAIT_NS, and
+ * counts them (stats flushed_wcs; unflushed_wrs for any that did not come).
+ * The ring and receive positions are released right after, as before. */
+#define ZCRPC_FLUSH_WAIT_NS (100LL * 1000000LL)
+
+static void collect_flushes(zcrpc_conn *c)
+{
+	uint64_t posted = c->stats.recv_posted + (c->sq_posted - c->sq_head);
+	uint64_t seen = (uint64_t)c->nstash;
+	int64_t until = zcrpc__now_ns() + ZCRPC_FLUSH_WAIT_NS;
+	struct ibv_qp_attr attr;
+	struct ibv_wc wc[ZCRPC_POLL_BATCH];
+	int i, n;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
+		return; /* nothing will flush: counted as unflushed below */
+	while (seen < posted && zcrpc__now_ns() < until) {
+		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
+		if (n < 0)
+			break;
+		for (i = 0; i < n; i++)
+			if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+				c->stats.flushed_wcs++;
+		seen += (uint64_t)n;
+		if (!n)
+			sched_yield();
+	}
+	if (seen < posted)
+		c->stats.unflushed_wrs += posted - seen;
+}
+
 void zcrpc__conn_teardown(zcrpc_conn *c)
 {
 	if (c->torn_down)
@@ -400,6 +446,8 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	if (c->id && c->id->qp && !c->disconnected && c->migrated)
 		rdma_disconnect(c->id); /* QP to error, DREQ to the peer */
 	c->disconnected = 1;
+	if (c->id && c->id->qp && c->cq && !c->dev_gone)
+		collect_flushes(c);
 	zcrpc__mw_dealloc(c); /* windows go before their QP */
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
@@ -432,6 +480,11 @@ zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c)
 	c->disconnected = 1; /* never rdma_disconnect */
 	c->deadline_ns = 0;
 	return ZCRPC_OK;
+}
+
+void zcrpc__test_next_cq_entries(int entries)
+{
+	atomic_store(&test_next_cqe, entries);
 }
 
 zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c)

@@ -317,6 +317,7 @@ struct zcrpc_conn {
 	unsigned ka_outstanding : 1; /* a keepalive probe is in the ring */
 	unsigned test_broken : 1;    /* zcrpc__conn_test_break_qp(): frozen */
 	unsigned drain_close : 1;    /* closing: disconnect once the SQ drained */
+	unsigned dev_gone : 1;	     /* its device was removed: nothing flushes */
 
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;

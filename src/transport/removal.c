@@ -112,6 +112,7 @@ static void sweep_one(zcrpc_worker *w, int idx)
 		if (!on_dev || c->torn_down)
 			continue;
 		c->disconnected = 1; /* the device is gone: no DREQ */
+		c->dev_gone = 1;     /* nor flush completions to wait for */
 		if (c->state != ZCRPC_CONN_CLOSED)
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
 					 "RDMA device removed");

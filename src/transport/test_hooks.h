@@ -18,6 +18,12 @@ extern "C" {
 zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 					    enum ibv_event_type type);
 
+/* The next connection set up anywhere in the process gets a completion
+ * queue of @entries entries instead of one holding both its queues in full
+ * (T19: a real CQ overrun, which rxe reports as IBV_EVENT_CQ_ERR). One-shot;
+ * 0 cancels. */
+void zcrpc__test_next_cq_entries(int entries);
+
 /* Prints @w's connections' internal state to @out (diagnosis of hangs). */
 void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out);
 

@@ -289,6 +289,8 @@ static void add_stats(zcrpc_conn_stats *t, const zcrpc_conn_stats *s)
 	t->grants += s->grants;
 	t->revokes += s->revokes;
 	t->wr_deferred += s->wr_deferred;
+	t->flushed_wcs += s->flushed_wcs;
+	t->unflushed_wrs += s->unflushed_wrs;
 }
 
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
@@ -329,6 +331,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->grants = t.grants;
 	out->revokes = t.revokes;
 	out->wr_deferred = t.wr_deferred;
+	out->flushed_wcs = t.flushed_wcs;
+	out->unflushed_wrs = t.unflushed_wrs;
 	out->rejected_auth = w->rejected_auth;
 	out->rejected_busy = w->rejected_busy;
 	out->handshake_timeouts = w->handshake_timeouts;

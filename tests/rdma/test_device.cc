@@ -427,4 +427,54 @@ TEST_F(Device, InjectedQpFatalAndCqErrorFailOnlyTheirConnection)
 	zcrpc_context_destroy(ctx);
 }
 
+// T19 with a real overrun: a connection whose completion queue is far
+// smaller than its queues (test hook) takes a burst while its worker does
+// not progress; rxe reports the overrun as IBV_EVENT_CQ_ERR, and only that
+// connection fails, UNAVAILABLE, naming the event. Nothing leaks.
+TEST_F(Device, RealCqOverrunFailsOnlyItsConnection)
+{
+	Peer srv(0), cli(0);
+	ASSERT_TRUE(srv.Listen(env_.addr1));
+	ASSERT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
+	zcrpc__test_next_cq_entries(4); // the client's next connection
+	ASSERT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
+	zcrpc_conn *normal = cli.conns[0], *small = cli.conns[1];
+	uint64_t events0 = cli.AsyncEvents() + srv.AsyncEvents();
+
+	// Sends (each one completion) and the echoes coming back (one each)
+	// pile up in the 4-entry CQ while the client does not progress.
+	int sent = 0;
+	while (zcrpc_conn_send(small, "overrun", 7) == ZCRPC_OK)
+		sent++;
+	ASSERT_GE(sent, 16) << "too few sends to overrun the CQ";
+	auto until = steady_clock::now() + Scaled(2000);
+	while (steady_clock::now() < until)
+		zcrpc_worker_progress(srv.w, 0);
+
+	EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.closed >= 1; }, Scaled(10000)))
+		<< "the overrun was not reported";
+	EXPECT_EQ(zcrpc_conn_state_get(small), ZCRPC_CONN_CLOSED);
+	EXPECT_EQ(zcrpc_conn_status(small), ZCRPC_UNAVAILABLE);
+	EXPECT_NE(std::strstr(zcrpc_conn_error(small), "CQ error"), nullptr)
+		<< zcrpc_conn_error(small);
+	EXPECT_GT(cli.AsyncEvents() + srv.AsyncEvents(), events0);
+	std::printf("[T19] %d sends into a 4-entry CQ: %s\n", sent, zcrpc_conn_error(small));
+
+	// Exactly that connection failed; the other one still echoes.
+	ProgressBoth(srv, cli, [] { return false; }, 300ms);
+	EXPECT_EQ(cli.closed, 1);
+	EXPECT_EQ(cli.unavailable, 1);
+	EXPECT_EQ(zcrpc_conn_state_get(normal), ZCRPC_CONN_ESTABLISHED);
+	int before = cli.recvd;
+	ASSERT_EQ(zcrpc_conn_send(normal, "still", 5), ZCRPC_OK);
+	EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.recvd == before + 1; }, Scaled(5000)));
+	EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return srv.closed == 1; }, Scaled(15000)))
+		<< "the server did not see the failed connection go";
+	for (auto *c : cli.conns)
+		zcrpc_conn_destroy(c);
+	cli.conns.clear();
+	ProgressBoth(srv, cli, [] { return false; }, 200ms);
+	EXPECT_EQ(cli.InUse(), 0u);
+}
+
 } // namespace

@@ -4,6 +4,7 @@
 // to its pool, and that the process survived and still serves.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <cstring>
 #include <memory>
@@ -430,6 +431,13 @@ TEST_F(Faults, ServerKilledWith512CallsInFlightEachFailsOnceUnavailable)
 	ASSERT_TRUE(ProgressUntil(w, [&] { return WStats(w).conns == 0; }, ScaledMs(5000)));
 	EXPECT_EQ(WStats(w).pool_in_use, initial.pool_in_use) << "buffers not back in the pool";
 	EXPECT_EQ(WStats(w).pool_bad_frees, 0u);
+	// Flush completions == WRs still posted: every receive posted at the
+	// end came back as a flush (none was lost with the QP).
+	EXPECT_EQ(WStats(w).unflushed_wrs, 0u);
+	EXPECT_GE(WStats(w).flushed_wcs, 2u) << "no flush completion was collected";
+	std::printf("[T6] flush completions %llu, WRs without one %llu\n",
+		    static_cast<unsigned long long>(WStats(w).flushed_wcs),
+		    static_cast<unsigned long long>(WStats(w).unflushed_wrs));
 	// The process survives and serves a healthy peer.
 	Child healthy;
 	uint16_t port2 = StartServerChild(env_, &healthy);
