@@ -283,9 +283,10 @@ TEST_F(Faults, FlowControlOffSurfacesRnrAndClosesOnlyThatConnection)
 	zcrpc_conn_stats cs;
 	zcrpc_conn_get_stats(a.c, &cs);
 	const uint32_t window = cs.peer_recv_depth;
-	std::string dev = env_.dev0;
+	// Both devices: which one a connection's QPs land on depends on the
+	// guest's routes, not on this test.
 	auto rnr = [&] {
-		return DevCounter(dev, "rcvd_rnr_err") + DevCounter(dev, "send_rnr_err");
+		return RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
 	};
 	// The same workload on each: window + 16 messages into a receiver
 	// that reads nothing.
@@ -330,10 +331,21 @@ TEST_F(Faults, FlowControlOffSurfacesRnrAndClosesOnlyThatConnection)
 	ASSERT_TRUE(ProgressUntil(w, [&] { return a.closed > 0; }, ScaledMs(10000)))
 		<< "sent " << sent << " messages past a receiver without receives";
 	EXPECT_EQ(a.why, ZCRPC_UNAVAILABLE) << a.error;
-	EXPECT_NE(a.error.find("RNR"), std::string::npos) << a.error;
+	EXPECT_NE(a.error.find("RNR retry counter exceeded"), std::string::npos) << a.error;
 	zcrpc_conn_get_stats(a.c, &cs);
 	EXPECT_GE(cs.rnr_events, 1u);
-	EXPECT_GT(rnr(), rnr1) << "rxe counted no RNR";
+	// T10's criterion is the status (RNR_RETRY_EXC_ERR, counted in
+	// rnr_events above). rxe's own RNR counters move in a fresh guest but
+	// were seen not to in a second run in the same guest although the
+	// completion said RNR (docs/reliability.md, known limits): printed,
+	// not asserted.
+	std::printf("[T10] rxe RNR counters %lld -> %lld (%s: rcvd %lld send %lld; %s: rcvd %lld "
+		    "send %lld)\n",
+		    static_cast<long long>(rnr1), static_cast<long long>(rnr()),
+		    env_.dev0.c_str(), static_cast<long long>(DevCounter(env_.dev0, "rcvd_rnr_err")),
+		    static_cast<long long>(DevCounter(env_.dev0, "send_rnr_err")),
+		    env_.dev1.c_str(), static_cast<long long>(DevCounter(env_.dev1, "rcvd_rnr_err")),
+		    static_cast<long long>(DevCounter(env_.dev1, "send_rnr_err")));
 	EXPECT_EQ(b.closed, 0) << "the other connection closed too: " << b.error;
 	server.paused = false;
 	// b still passes traffic; the server let go of a.
