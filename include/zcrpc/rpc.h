@@ -213,6 +213,12 @@ typedef struct zcrpc_channel_stats {
 	 * does: it writes as soon as it has the grant).
 	 */
 	uint64_t grant_timeouts;
+	/**
+	 * Reply attachments whose write with immediate carried another byte
+	 * count than the reply announced: the call failed INTERNAL
+	 * (docs/protocol.md §4).
+	 */
+	uint64_t bulk_bad_writes;
 } zcrpc_channel_stats;
 
 ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
@@ -358,6 +364,10 @@ typedef struct zcrpc_server_stats {
 	uint64_t protocol_errors; /**< connections closed for malformed frames */
 	uint64_t copied_bytes;
 	uint32_t connections, running, queued;
+	uint64_t bulk_bad_writes; /**< request parts whose write with immediate
+				   *   carried another byte count than the part
+				   *   announced: failed INVALID_ARGUMENT, the
+				   *   handler never ran (docs/protocol.md §4) */
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

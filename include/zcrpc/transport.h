@@ -200,7 +200,9 @@ typedef struct zcrpc_conn_handlers {
 			      zcrpc_status status, void *arg);
 	/**
 	 * The peer's RDMA WRITE with immediate of @len bytes into memory this
-	 * side granted has landed; @imm is the peer's 32-bit value. May be
+	 * side granted has landed; @imm is the peer's 32-bit value. @len is
+	 * that one work request's byte count: for a transfer split into
+	 * pieces (zcrpc_conn_write_piece()) only the last piece's. May be
 	 * NULL (the write still costs the peer one credit).
 	 */
 	void (*on_write_imm)(zcrpc_conn *conn, uint32_t imm, size_t len,
@@ -440,7 +442,7 @@ typedef struct zcrpc_remote_region {
 	uint32_t reserved; /**< 0 */
 } zcrpc_remote_region;
 
-/** Bytes of an encoded zcrpc_remote_region (docs/protocol.md §5). */
+/** Bytes of an encoded zcrpc_remote_region (docs/protocol.md §4). */
 #define ZCRPC_REMOTE_REGION_LEN 24
 
 /** A revocable grant: one memory window bound on one connection. */
@@ -510,9 +512,9 @@ ZCRPC_API zcrpc_status zcrpc_remote_region_decode(const void *buf, size_t len,
  * zcrpc_conn_write - RDMA WRITE @len bytes from @src (at @src_offset) into
  * the region @dst the peer granted (at @dst_offset), with immediate data
  * *@imm when @imm is not NULL (the peer's on_write_imm then runs once it
- * landed; that costs one credit, like a message). Transfers larger than the
- * device's max_msg_sz are split into several WRITEs (only the last carries
- * the immediate). Queued when the send queue is full; the result comes once
+ * landed; that costs one credit, like a message). Transfers larger than
+ * zcrpc_conn_write_piece() are split into several WRITEs of that size
+ * (only the last, the remainder, carries the immediate). Queued when the send queue is full; the result comes once
  * through on_write_done(@user_ctx). The caller keeps @src's memory unchanged
  * until then. Both ranges are checked before anything is posted.
  * Errors: INVALID_ARGUMENT (NULL, zero length), OUT_OF_RANGE (outside @src
@@ -524,6 +526,18 @@ ZCRPC_API zcrpc_status zcrpc_conn_write(zcrpc_conn *conn, const zcrpc_mr *src,
 					const zcrpc_remote_region *dst,
 					uint64_t dst_offset,
 					const uint32_t *imm, void *user_ctx);
+
+/**
+ * zcrpc_conn_write_piece - the largest RDMA WRITE one work request carries on
+ * @conn: the smaller of this side's and the peer's limit (each its port's
+ * max_msg_sz, exchanged in the hello; this side's alone when the peer did
+ * not announce one). A transfer of N bytes reaches the peer as
+ * ceil(N / piece) WRITEs, the last one of N - (ceil(N / piece) - 1) * piece
+ * bytes carrying the immediate: what a receiver checks the immediate's
+ * byte count against (docs/protocol.md §4). 0 for NULL. Any thread once
+ * the connection is ESTABLISHED.
+ */
+ZCRPC_API size_t zcrpc_conn_write_piece(const zcrpc_conn *conn);
 
 /**
  * zcrpc_conn_close - start an orderly close (rdma_disconnect, so posted work

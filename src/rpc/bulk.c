@@ -5,6 +5,20 @@
 #include "rpc_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+size_t zcrpc__bulk_last_piece(size_t len, size_t piece)
+{
+	if (!len || !piece || len <= piece)
+		return len;
+	return len - ((len - 1) / piece) * piece;
+}
+
+void zcrpc__bulk_scrub(void *p, size_t len, size_t piece)
+{
+	if (p && piece && len > piece)
+		memset(p, 0, len);
+}
 
 void zcrpc__bulk_init(struct zcrpc__bulk_cache *c, zcrpc_context *ctx,
 		      size_t limit)

@@ -49,6 +49,7 @@ struct ccall {
 	unsigned payload_in_bulk : 1;
 	unsigned write_pending_status : 1;
 	unsigned granted : 1; /* we granted the server a reply target */
+	unsigned bulk_bad : 1; /* the reply part's write had the wrong count */
 	unsigned revoking : 1; /* ZOMBIE: its window is being revoked */
 	unsigned cancel_after_write : 1; /* send CANCEL once our write is done */
 	unsigned deliver_late : 1; /* ZOMBIE over the caller's reply_into:
@@ -172,6 +173,7 @@ static void free_call(zcrpc_channel *ch, struct ccall *c)
 	}
 	c->granted = 0;
 	c->revoking = 0;
+	c->bulk_bad = 0;
 	c->reply_grant = NULL;
 	release_buffers(ch, c);
 	c->state = CS_FREE;
@@ -568,6 +570,10 @@ static void on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
 			mr = c->dst_buf->mr;
 			off = 0;
 		}
+		/* Bytes a split write may skip must not show what the
+		 * memory held before (docs/protocol.md §4). */
+		zcrpc__bulk_scrub((uint8_t *)mr->addr + off, (size_t)f->bulk_len,
+				  zcrpc_conn_write_piece(conn));
 		if (zcrpc_mr_grant(mr, conn, off, f->bulk_len, &r,
 				   &c->reply_grant) != ZCRPC_OK) {
 			complete(ch, c, ZCRPC_INTERNAL, "cannot grant the reply target");
@@ -714,7 +720,6 @@ static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 	zcrpc_channel *ch = arg;
 	struct ccall *c = lookup(ch, imm);
 
-	(void)len;
 	if (!c || c->conn != conn) {
 		ch->st.late_replies++;
 		return;
@@ -733,6 +738,11 @@ static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 	if (c->state != CS_REPLY_BULK) {
 		protocol_error(ch, conn, "unexpected write");
 		return;
+	}
+	if (len != zcrpc__bulk_last_piece((size_t)c->reply.bulk_len,
+					  zcrpc_conn_write_piece(conn))) {
+		c->bulk_bad = 1; /* fails once revoked: nothing may change */
+		ch->st.bulk_bad_writes++;
 	}
 	/* The reply is read only once the server cannot change it. */
 	c->state = CS_REPLY_REVOKING;
@@ -766,6 +776,12 @@ static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 		c->write_pending_status = 0;
 		c->state = CS_SENT;
 		complete(ch, c, c->pending_status, c->pending_msg);
+		return;
+	}
+	if (c->bulk_bad) {
+		c->state = CS_SENT;
+		complete(ch, c, ZCRPC_INTERNAL,
+			 "reply attachment: the server's write with immediate carried another byte count than the reply announced");
 		return;
 	}
 	bulk = c->dst_buf ? c->dst_buf->ptr

@@ -41,6 +41,16 @@ zcrpc_status zcrpc__bulk_get(struct zcrpc__bulk_cache *c, size_t len,
 void zcrpc__bulk_put(struct zcrpc__bulk_cache *c, struct zcrpc__bulkbuf *b);
 void zcrpc__bulk_fini(struct zcrpc__bulk_cache *c);
 
+/* The byte count the WRITE WITH IMMEDIATE of a @len-byte part carries when
+ * the writer splits at @piece (zcrpc_conn_write_piece): @len itself, or the
+ * remainder after the full pieces. What a receiver checks (protocol §5). */
+size_t zcrpc__bulk_last_piece(size_t len, size_t piece);
+
+/* Zeroes the first @len bytes of a grant target at @p when a @len-byte part
+ * would be split at @piece: only the last piece's byte count can be checked,
+ * so bytes the writer skipped must not show what the memory held before. */
+void zcrpc__bulk_scrub(void *p, size_t len, size_t piece);
+
 /* ---- rpc_util.c ----------------------------------------------------------- */
 
 /* Frame + metadata + inline payload in a pool slot, ready to send. */

@@ -25,6 +25,7 @@ struct zcrpc_server_call {
 	uint32_t gen;
 	uint8_t state;
 	uint8_t cancelled;
+	uint8_t bulk_bad; /* its part's write carried the wrong byte count */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once the connection is gone */
 	zcrpc_server_call *next, *prev; /* sc->calls */
@@ -38,6 +39,7 @@ struct zcrpc_server_call {
 	size_t n_md;
 	struct zcrpc__bulkbuf *req_bulk;
 	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
+	size_t write_len;	/* bulk_bad: the byte count that came */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
@@ -314,6 +316,21 @@ static void protocol_error(struct sconn *sc, const char *why)
 	zcrpc_conn_close(sc->conn);
 }
 
+/* Takes registered memory for @c's request part of @len bytes and grants it
+ * to the client. Memory a split write may leave partly unwritten is zeroed
+ * first: it may hold what another peer sent (docs/protocol.md §4). */
+static zcrpc_status grant_request_part(struct sconn *sc, zcrpc_server_call *c,
+				       size_t len, zcrpc_remote_region *r)
+{
+	zcrpc_status st;
+
+	st = zcrpc__bulk_get(&sc->s->bulk, len, &c->req_bulk);
+	if (st != ZCRPC_OK)
+		return st;
+	zcrpc__bulk_scrub(c->req_bulk->ptr, len, zcrpc_conn_write_piece(sc->conn));
+	return zcrpc_mr_grant(c->req_bulk->mr, sc->conn, 0, len, r, &c->req_grant);
+}
+
 static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 {
 	zcrpc_server *s = sc->s;
@@ -365,9 +382,7 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 		struct zcrpc__out out;
 		zcrpc_remote_region r;
 
-		if (zcrpc__bulk_get(&s->bulk, (size_t)f->bulk_len, &c->req_bulk) != ZCRPC_OK ||
-		    zcrpc_mr_grant(c->req_bulk->mr, sc->conn, 0, (size_t)f->bulk_len, &r,
-				   &c->req_grant) != ZCRPC_OK) {
+		if (grant_request_part(sc, c, (size_t)f->bulk_len, &r) != ZCRPC_OK) {
 			send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
 				    ZCRPC_RESOURCE_EXHAUSTED,
 				    "no memory at the server for the request's bulk part");
@@ -498,11 +513,17 @@ static void on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
 	struct sconn *sc = arg;
 	zcrpc_server_call *c = slookup(sc->s, imm);
 
-	(void)conn;
-	(void)len;
 	if (!c || c->sc != sc || c->state != SS_AWAIT_BULK) {
 		protocol_error(sc, "write for no request");
 		return;
+	}
+	/* A count other than the part's (or its last piece's) means bytes
+	 * of the target were never written: the handler must not see them. */
+	if (len != zcrpc__bulk_last_piece((size_t)c->f.bulk_len,
+					  zcrpc_conn_write_piece(conn))) {
+		c->bulk_bad = 1;
+		sc->s->st.bulk_bad_writes++;
+		c->write_len = len;
 	}
 	revoke_request(sc, c); /* the handler runs once it is revoked */
 }
@@ -519,6 +540,20 @@ static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 	if (st != ZCRPC_OK)
 		return; /* the connection is going: freed on CLOSED */
 	if (c->cancelled) {
+		call_free(sc->s, c);
+		return;
+	}
+	if (c->bulk_bad) {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg),
+			 "request bulk part: the write with immediate carried %zu bytes, %zu expected of a %llu-byte part",
+			 c->write_len,
+			 zcrpc__bulk_last_piece((size_t)c->f.bulk_len,
+						zcrpc_conn_write_piece(conn)),
+			 (unsigned long long)c->f.bulk_len);
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_INVALID_ARGUMENT, msg);
 		call_free(sc->s, c);
 		return;
 	}

@@ -155,6 +155,7 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 		/* the receives actually posted: fewer while authenticating */
 		.recv_depth = c->recv_initial ? c->recv_initial : c->recv_depth,
 		.max_msg = c->w->opts.max_msg,
+		.max_write = zcrpc__conn_own_piece(c),
 	};
 
 	zcrpc__auth_fill_hello(c, &h);
@@ -271,6 +272,7 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			}
 			c->peer_recv_depth = h.recv_depth;
 			c->peer_max_msg = h.max_msg;
+			c->peer_max_write = h.max_write;
 			c->credits = h.recv_depth;
 			c->features = h.features & ZCRPC_FEAT_ALL;
 			if (zcrpc__auth_client_start(c, &h))

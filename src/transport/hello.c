@@ -24,6 +24,8 @@ size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 	zcrpc__put_le32(buf + 12, h->recv_depth);
 	zcrpc__put_le32(buf + 16, h->max_msg);
 	zcrpc__put_le32(buf + 20, h->status);
+	if (h->features & ZCRPC_FEAT_PIECE)
+		zcrpc__put_le32(buf + 24, h->max_write);
 	if (nonce)
 		memcpy(buf + ZCRPC_HELLO_LEN, h->nonce, ZCRPC_HELLO_NONCE_LEN);
 	return len;
@@ -84,6 +86,14 @@ zcrpc_status zcrpc__hello_decode(const void *data, size_t len,
 		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
 			    "handshake has recv_depth %u, max_msg %u (both must be > 0)",
 			    (unsigned)h.recv_depth, (unsigned)h.max_msg);
+	h.max_write = 0;
+	if (h.kind != ZCRPC_HELLO_REJECT && (h.features & ZCRPC_FEAT_PIECE)) {
+		h.max_write = zcrpc__get_le32(buf + 24);
+		if (h.max_write < ZCRPC_HELLO_MIN_WRITE)
+			return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				    "handshake announces RDMA WRITE pieces of %u bytes (at least %u)",
+				    (unsigned)h.max_write, ZCRPC_HELLO_MIN_WRITE);
+	}
 	memset(h.nonce, 0, sizeof(h.nonce));
 	if (h.kind == ZCRPC_HELLO_ACCEPT && (h.features & ZCRPC_FEAT_AUTH)) {
 		if (hlen < ZCRPC_HELLO_AUTH_LEN)

@@ -16,7 +16,7 @@
  *  +---------------------------------------------------------------+
  *  |            status (zcrpc_status; REJECT only, else 0)         | 20
  *  +---------------------------------------------------------------+
- *  |                      reserved (0)                             | 24
+ *  |   max_write (largest RDMA WRITE piece; with FEAT_PIECE, else 0) | 24
  *  |                      reserved (0)                             | 28
  *  +---------------------------------------------------------------+
  *  |        nonce (32 bytes; only in an ACCEPT with FEAT_AUTH)     | 32
@@ -47,7 +47,14 @@ extern "C" {
 #define ZCRPC_FEAT_CREDITS 0x1U /* credit-based flow control (always set) */
 #define ZCRPC_FEAT_AUTH 0x2U	/* CONNECT: the client holds a pre-shared key;
 				   ACCEPT: the server requires AUTH; nonce follows */
-#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS) /* set in every hello */
+#define ZCRPC_FEAT_PIECE 0x4U	/* max_write at offset 24 is set: the largest
+				   RDMA WRITE the sender posts or accepts in
+				   one work request (docs/protocol.md §4) */
+#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE) /* set in every hello */
+
+/* The smallest max_write a hello may announce: a peer cannot make the other
+ * side split its writes into tiny pieces. */
+#define ZCRPC_HELLO_MIN_WRITE 4096U
 
 #define ZCRPC_HELLO_NONCE_LEN 32
 #define ZCRPC_HELLO_AUTH_LEN (ZCRPC_HELLO_LEN + ZCRPC_HELLO_NONCE_LEN) /* 64 */
@@ -65,6 +72,9 @@ struct zcrpc_hello {
 	uint32_t recv_depth;
 	uint32_t max_msg;
 	uint32_t status;
+	/* With ZCRPC_FEAT_PIECE: the sender's largest RDMA WRITE piece (its
+	 * port's max_msg_sz); 0 when the peer did not announce one. */
+	uint32_t max_write;
 	/* ACCEPT with ZCRPC_FEAT_AUTH: the server's fresh random nonce; zero
 	 * otherwise. */
 	uint8_t nonce[ZCRPC_HELLO_NONCE_LEN];
@@ -82,7 +92,8 @@ size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
  *   INVALID_ARGUMENT    truncated (< header or < its own length field),
  *                       oversized (length field beyond the CM limit),
  *                       bad magic, unknown kind, zero recv_depth/max_msg
- *                       in a CONNECT or ACCEPT, an ACCEPT with
+ *                       in a CONNECT or ACCEPT, FEAT_PIECE with a
+ *                       max_write below ZCRPC_HELLO_MIN_WRITE, an ACCEPT with
  *                       ZCRPC_FEAT_AUTH shorter than 64 bytes (no nonce)
  *   FAILED_PRECONDITION protocol version this build does not speak
  */

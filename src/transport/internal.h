@@ -350,6 +350,7 @@ struct zcrpc_conn {
 	uint32_t credits; /* messages we may still send to the peer */
 	uint32_t owed;	  /* reposted receives not yet reported to the peer */
 	uint32_t peer_recv_depth, peer_max_msg;
+	uint32_t peer_max_write; /* the peer's hello (FEAT_PIECE); 0 = none */
 	uint32_t features;
 
 	/* Admission (auth.c): the key and nonce while authenticating. */
@@ -454,6 +455,9 @@ void zcrpc__auth_last_sent(zcrpc_conn *c);
 void zcrpc__auth_peer_closed(zcrpc_conn *c);
 
 /* write.c: the RDMA-write path */
+/* The largest RDMA WRITE this side posts or accepts in one work request: its
+ * port's max_msg_sz (lowered by zcrpc__test_write_piece). */
+uint32_t zcrpc__conn_own_piece(const zcrpc_conn *c);
 void zcrpc__conn_pump_writes(zcrpc_conn *c);
 void zcrpc__write_finish(zcrpc_conn *c, struct zcrpc__write_op *op,
 			 zcrpc_status st);

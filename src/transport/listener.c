@@ -107,6 +107,7 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 	c->sq_depth = l->opts.send_depth;
 	c->peer_recv_depth = h.recv_depth;
 	c->peer_max_msg = h.max_msg;
+	c->peer_max_write = h.max_write;
 	c->credits = h.recv_depth;
 	c->features = h.features & ZCRPC_FEAT_ALL;
 	if (l->opts.psk) {

@@ -24,6 +24,15 @@ zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
  * 0 cancels. */
 void zcrpc__test_next_cq_entries(int entries);
 
+/* Every connection set up afterwards in the process announces (in its
+ * hello) and uses RDMA WRITE pieces of at most @bytes (>= 4096; 0 goes back
+ * to the device's max_msg_sz), so tests can split small bulk parts. */
+void zcrpc__test_write_piece(uint32_t bytes);
+
+/* @on != 0: zcrpc_conn_write() accepts a length of 0 (a hostile peer's
+ * empty WRITE WITH IMMEDIATE). Process-wide. */
+void zcrpc__test_allow_zero_writes(int on);
+
 /* Prints @w's connections' internal state to @out (diagnosis of hangs). */
 void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out);
 

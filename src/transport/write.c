@@ -10,6 +10,39 @@
 
 #include "../core/le.h"
 
+static uint32_t test_piece; /* zcrpc__test_write_piece; 0 = the device's */
+static int test_zero_ok;     /* zcrpc__test_allow_zero_writes */
+
+void zcrpc__test_write_piece(uint32_t bytes)
+{
+	test_piece = bytes;
+}
+
+void zcrpc__test_allow_zero_writes(int on)
+{
+	test_zero_ok = on;
+}
+
+uint32_t zcrpc__conn_own_piece(const zcrpc_conn *c)
+{
+	uint32_t own = c->dev ? c->dev->max_msg_sz : 1U << 30;
+
+	if (test_piece && test_piece < own)
+		own = test_piece;
+	return own;
+}
+
+size_t zcrpc_conn_write_piece(const zcrpc_conn *c)
+{
+	uint32_t own;
+
+	if (!c)
+		return 0;
+	own = zcrpc__conn_own_piece(c);
+	return c->peer_max_write && c->peer_max_write < own ? c->peer_max_write
+							    : own;
+}
+
 void zcrpc__write_finish(zcrpc_conn *c, struct zcrpc__write_op *op,
 			 zcrpc_status st)
 {
@@ -53,10 +86,11 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 {
 	struct zcrpc__write_op *op;
 
+	uint64_t max_piece = zcrpc_conn_write_piece(c);
+
 	while ((op = c->wq) && c->state == ZCRPC_CONN_ESTABLISHED &&
 	       !c->closing && zcrpc__sq_room(c) >= 1) {
-		uint64_t piece = op->left < c->dev->max_msg_sz ? op->left
-							       : c->dev->max_msg_sz;
+		uint64_t piece = op->left < max_piece ? op->left : max_piece;
 		int last = piece == op->left;
 		int imm = last && op->with_imm;
 		struct ibv_sge sge = {
@@ -66,7 +100,7 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 		};
 		struct ibv_send_wr wr = {
 			.sg_list = &sge,
-			.num_sge = 1,
+			.num_sge = piece ? 1 : 0, /* 0: test hook only */
 			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
 		};
 		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL};
@@ -109,7 +143,7 @@ zcrpc_status zcrpc_conn_write(zcrpc_conn *c, const zcrpc_mr *src,
 {
 	struct zcrpc__write_op *op;
 
-	if (!c || !src || !dst || !len)
+	if (!c || !src || !dst || (!len && !test_zero_ok))
 		return ZCRPC_INVALID_ARGUMENT;
 	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
 		return ZCRPC_FAILED_PRECONDITION;

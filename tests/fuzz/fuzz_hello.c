@@ -13,7 +13,8 @@
  *     within the CM limit and covered by the input, non-zero credits and
  *     message size outside REJECT;
  *   - re-encoding the decoded fields gives the input's 32 bytes except the
- *     reserved words and the length field (and, for an ACCEPT with the AUTH
+ *     reserved words (offset 24 is max_write with the PIECE feature) and the
+ *     length field (and, for an ACCEPT with the AUTH
  *     feature, the 32-byte nonce that follows), and decoding that encoding
  *     gives the same fields (a peer speaking a longer hello of this version
  *     is understood as its first 32 or 64 bytes).
@@ -42,6 +43,7 @@ static void check_same(const struct zcrpc_hello *a, const struct zcrpc_hello *b)
 	CHECK(a->recv_depth == b->recv_depth);
 	CHECK(a->max_msg == b->max_msg);
 	CHECK(a->status == b->status);
+	CHECK(a->max_write == b->max_write);
 	CHECK(memcmp(a->nonce, b->nonce, sizeof(a->nonce)) == 0);
 }
 
@@ -62,6 +64,13 @@ static void check_accepted(const uint8_t *data, size_t size,
 	CHECK(h->kind == data[5]);
 	if (h->kind != ZCRPC_HELLO_REJECT)
 		CHECK(h->recv_depth > 0 && h->max_msg > 0);
+	/* max_write: announced (and at least the minimum) exactly when the
+	 * PIECE feature is set outside REJECT. */
+	if (h->kind != ZCRPC_HELLO_REJECT && (h->features & ZCRPC_FEAT_PIECE))
+		CHECK(h->max_write >= ZCRPC_HELLO_MIN_WRITE &&
+		      h->max_write == zcrpc__get_le32(data + 24));
+	else
+		CHECK(h->max_write == 0);
 	nonce = h->kind == ZCRPC_HELLO_ACCEPT && (h->features & ZCRPC_FEAT_AUTH);
 	want = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN;
 	CHECK(hlen >= want);
@@ -73,7 +82,8 @@ static void check_accepted(const uint8_t *data, size_t size,
 	CHECK(memcmp(enc, data, 6) == 0);
 	CHECK(zcrpc__get_le16(enc + 6) == want);
 	CHECK(memcmp(enc + 8, data + 8, 16) == 0);
-	CHECK(zcrpc__get_le32(enc + 24) == 0 && zcrpc__get_le32(enc + 28) == 0);
+	CHECK(zcrpc__get_le32(enc + 24) == h->max_write &&
+	      zcrpc__get_le32(enc + 28) == 0);
 	if (nonce)
 		CHECK(memcmp(enc + ZCRPC_HELLO_LEN, data + ZCRPC_HELLO_LEN,
 			     ZCRPC_HELLO_NONCE_LEN) == 0);

@@ -149,7 +149,11 @@ def hello_seeds():
     s["ok-accept-cm-padded"] = hello(ACCEPT) + bytes(196 - 32)
     s["ok-longer-hello"] = hello(CONNECT, length=48, extra=b"\x01" * 16)
     s["ok-longest-hello"] = hello(ACCEPT, length=196, extra=bytes(164))
-    s["ok-unknown-features"] = hello(CONNECT, features=0xFFFFFFFF)
+    s["ok-unknown-features"] = hello(CONNECT, features=0xFFFFFFFF, res=(1 << 20, 0))
+    s["ok-piece"] = hello(ACCEPT, features=0x5, res=(8 << 20, 0))
+    s["ok-piece-smallest"] = hello(CONNECT, features=0x5, res=(4096, 0))
+    s["ok-reject-piece-ignored"] = hello(REJECT, depth=0, max_msg=0, status=8,
+                                         features=0x5)
     s["ok-reserved-set"] = hello(ACCEPT, res=(0xFFFFFFFF, 1))
     s["bad-empty"] = b""
     s["bad-short-7"] = hello(CONNECT)[:7]
@@ -164,6 +168,8 @@ def hello_seeds():
     s["bad-kind-4"] = hello(4)
     s["bad-zero-depth"] = hello(CONNECT, depth=0)
     s["bad-zero-max-msg"] = hello(ACCEPT, max_msg=0)
+    s["bad-piece-small"] = hello(CONNECT, features=0x5, res=(4095, 0))
+    s["bad-piece-zero"] = hello(ACCEPT, features=0x5)
     return s
 
 

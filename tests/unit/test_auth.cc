@@ -32,6 +32,7 @@ zcrpc_hello AuthAccept()
 	h.features = ZCRPC_FEAT_ALL | ZCRPC_FEAT_AUTH;
 	h.recv_depth = ZCRPC_AUTH_RECV_INITIAL;
 	h.max_msg = 4096;
+	h.max_write = 1U << 20;
 	for (int i = 0; i < ZCRPC_HELLO_NONCE_LEN; i++)
 		h.nonce[i] = static_cast<uint8_t>(0xa0 + i);
 	return h;
@@ -103,7 +104,8 @@ TEST(Auth, AcceptHelloCarriesTheNonceAfterTheHeader)
 	EXPECT_EQ(buf[6], ZCRPC_HELLO_AUTH_LEN); // length field
 	EXPECT_EQ(buf[8] & ZCRPC_FEAT_AUTH, ZCRPC_FEAT_AUTH);
 	EXPECT_EQ(std::memcmp(buf + ZCRPC_HELLO_LEN, in.nonce, ZCRPC_HELLO_NONCE_LEN), 0);
-	for (size_t i = 24; i < 32; i++)
+	EXPECT_EQ(buf[26], 0x10); // max_write (1 MiB), then the reserved word
+	for (size_t i = 28; i < 32; i++)
 		EXPECT_EQ(buf[i], 0) << "reserved byte " << i;
 	// As the CM delivers it: padded with zeros to 196 bytes.
 	ASSERT_EQ(zcrpc__hello_decode(buf, sizeof(buf), &out, nullptr, 0), ZCRPC_OK);

@@ -17,6 +17,7 @@ zcrpc_hello Sample(uint8_t kind = ZCRPC_HELLO_CONNECT)
 	h.features = ZCRPC_FEAT_ALL;
 	h.recv_depth = 1025;
 	h.max_msg = 4096;
+	h.max_write = 1U << 20;
 	return h;
 }
 
@@ -49,6 +50,39 @@ TEST(Hello, RoundTrips)
 	EXPECT_EQ(out.status, 0u);
 }
 
+TEST(Hello, MaxWriteTravelsAtOffset24WithThePieceFeature)
+{
+	zcrpc_hello in = Sample(), out{};
+	in.max_write = 0x800000; // rxe's max_msg_sz
+	auto buf = Encode(in);
+	EXPECT_EQ(buf[24], 0x00);
+	EXPECT_EQ(buf[26], 0x80);
+	ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+	EXPECT_EQ(out.max_write, 0x800000u);
+	// An older peer (no PIECE bit): whatever sits there is reserved.
+	in.features = ZCRPC_FEAT_CREDITS;
+	buf = Encode(in);
+	EXPECT_EQ(buf[26], 0x00); // not written
+	buf[26] = 0x80;
+	ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+	EXPECT_EQ(out.max_write, 0u);
+}
+
+TEST(Hello, RejectsAPieceBelowTheMinimum)
+{
+	// A peer must not make the other side split writes into tiny pieces.
+	zcrpc_hello in = Sample(), out{};
+	in.max_write = ZCRPC_HELLO_MIN_WRITE - 1;
+	auto buf = Encode(in);
+	char why[160] = "";
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_NE(std::strstr(why, "RDMA WRITE pieces of 4095 bytes"), nullptr) << why;
+	in.max_write = ZCRPC_HELLO_MIN_WRITE;
+	buf = Encode(in);
+	EXPECT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, why, sizeof(why)), ZCRPC_OK);
+}
+
 TEST(Hello, IsLittleEndianWithMagicFirst)
 {
 	auto buf = Encode(Sample());
@@ -59,7 +93,8 @@ TEST(Hello, IsLittleEndianWithMagicFirst)
 	EXPECT_EQ(buf[7], 0);
 	EXPECT_EQ(buf[12], 1025 & 0xff); // recv_depth, low byte first
 	EXPECT_EQ(buf[13], 1025 >> 8);
-	for (size_t i = 24; i < 32; i++)
+	EXPECT_EQ(buf[26], 0x10); // max_write (1 MiB), then the reserved word
+	for (size_t i = 28; i < 32; i++)
 		EXPECT_EQ(buf[i], 0) << "reserved byte " << i;
 }
 
