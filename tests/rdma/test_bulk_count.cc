@@ -339,3 +339,148 @@ TEST_F(BulkByteCount, ShortZeroAndLongWritesNeverExposeAnotherClientsBytes)
 	StoreSecret(env_.addr0, server.port(), 3000);
 	EXPECT_EQ(server.Runs(), 3u);
 }
+
+namespace {
+
+// A hostile server over the transport API: answers every REQUEST with a
+// REPLY announcing a reply attachment of `part` bytes and, given the grant,
+// writes `n` bytes of `fill` at `off` with the grant's token.
+class RawServer {
+public:
+	std::atomic<uint64_t> part{2048}, off{0}, n{2048};
+	std::atomic<int> fill{'S'};
+	std::atomic<int> grants{0};
+
+	bool Start(const std::string &addr)
+	{
+		if (zcrpc_worker_create(nullptr, &w_) != ZCRPC_OK)
+			return false;
+		src_.assign(1 << 16, 0);
+		if (zcrpc_mr_register(zcrpc_worker_context(w_), src_.data(), src_.size(), 0, &mr_) !=
+		    ZCRPC_OK)
+			return false;
+		zcrpc_listen_opts lo;
+		zcrpc_listen_opts_init(&lo);
+		lo.on_accept = [](zcrpc_listener *, zcrpc_conn *, void *) {};
+		lo.conn_handlers.on_recv = OnRecv;
+		lo.conn_handlers.on_state = [](zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status,
+					       void *) {
+			if (st == ZCRPC_CONN_CLOSED)
+				zcrpc_conn_destroy(c);
+		};
+		lo.conn_handlers.arg = this;
+		if (zcrpc_listen(w_, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
+			return false;
+		thread_ = std::thread([this] {
+			while (!stop_.load(std::memory_order_relaxed))
+				zcrpc_worker_progress(w_, 1);
+		});
+		return true;
+	}
+	uint16_t port() const { return zcrpc_listener_port(l_); }
+	~RawServer()
+	{
+		stop_ = true;
+		if (thread_.joinable())
+			thread_.join();
+		zcrpc_listener_destroy(l_);
+		zcrpc_mr_deregister(mr_);
+		zcrpc_worker_destroy(w_);
+	}
+
+private:
+	static void OnRecv(zcrpc_conn *c, const void *d, size_t len, void *a)
+	{
+		auto *self = static_cast<RawServer *>(a);
+		zcrpc_frame f;
+		if (zcrpc__frame_decode(d, len, &f, nullptr, 0) != ZCRPC_OK)
+			return;
+		if (f.type == ZCRPC_FRAME_REQUEST) {
+			zcrpc_frame r{};
+			r.type = ZCRPC_FRAME_REPLY;
+			r.call_id = f.call_id;
+			r.flags = ZCRPC_FRAME_F_BULK;
+			r.bulk_len = self->part.load();
+			r.bulk_token = 77;
+			uint8_t b[ZCRPC_FRAME_HDR_LEN];
+			zcrpc__frame_encode(&r, b);
+			zcrpc_conn_send(c, b, sizeof(b));
+		} else if (f.type == ZCRPC_FRAME_BULK_GRANT) {
+			self->grants++;
+			size_t k = self->n.load();
+			std::memset(self->src_.data(), self->fill.load(), k);
+			zcrpc_remote_region g{};
+			g.addr = f.bulk_addr;
+			g.len = f.bulk_len;
+			g.rkey = f.bulk_rkey;
+			uint32_t imm = f.bulk_token;
+			zcrpc_conn_write(c, self->mr_, 0, k, &g, self->off.load(), &imm, nullptr);
+		}
+	}
+	zcrpc_worker *w_ = nullptr;
+	zcrpc_listener *l_ = nullptr;
+	zcrpc_mr *mr_ = nullptr;
+	std::vector<uint8_t> src_;
+	std::atomic<bool> stop_{false};
+	std::thread thread_;
+};
+
+} // namespace
+
+TEST_F(BulkByteCount, AClientNeverReadsReplyBytesTheServerDidNotWrite)
+{
+	RawServer server;
+	ASSERT_TRUE(server.Start(env_.addr0));
+	zcrpc_worker *w = nullptr;
+	zcrpc_channel *ch = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), std::to_string(server.port()).c_str(),
+				       nullptr, &ch),
+		  ZCRPC_OK);
+	auto call = [&](std::vector<uint8_t> *att) {
+		zcrpc_call_opts o;
+		zcrpc_call_opts_init(&o);
+		o.timeout_us = static_cast<int64_t>(20e6 * TimeScale());
+		zcrpc_result res{};
+		zcrpc_status st = zcrpc_call(ch, zcrpc_method_id(kStore), "x", 1, &o, &res);
+		auto *p = static_cast<const uint8_t *>(res.attachment);
+		att->assign(p, p + res.attachment_len);
+		zcrpc_result_free(&res);
+		return st;
+	};
+	std::vector<uint8_t> att;
+	// An honest reply first: 2,048 bytes of 'S' land in the channel's
+	// 64 KiB bulk class, which it recycles.
+	ASSERT_EQ(call(&att), ZCRPC_OK);
+	ASSERT_EQ(att, std::vector<uint8_t>(2048, 'S'));
+	zcrpc_channel_stats st0;
+	zcrpc_channel_get_stats(ch, &st0);
+
+	// 0 and 1,000 of 2,048 bytes; then a split part of 10,000 whose last
+	// write has 100 bytes instead of 1,808.
+	server.fill = 'B';
+	const uint64_t bad[][3] = {{2048, 0, 0}, {2048, 0, 1000}, {10000, 0, 100}};
+	for (const auto &k : bad) {
+		server.part = k[0];
+		server.off = k[1];
+		server.n = k[2];
+		EXPECT_EQ(call(&att), ZCRPC_INTERNAL) << k[0] << "-byte part, " << k[2] << " written";
+		EXPECT_EQ(std::count(att.begin(), att.end(), 'S'), 0);
+	}
+	zcrpc_channel_stats st1;
+	zcrpc_channel_get_stats(ch, &st1);
+	EXPECT_EQ(st1.bulk_bad_writes - st0.bulk_bad_writes, 3u);
+
+	// The split part's last piece only, with the right count: OK, and the
+	// skipped 8,192 bytes read as zeros.
+	server.part = 10000;
+	server.off = 8192;
+	server.n = 1808;
+	server.fill = 'C';
+	ASSERT_EQ(call(&att), ZCRPC_OK);
+	ASSERT_EQ(att.size(), 10000u);
+	EXPECT_EQ(std::count(att.begin(), att.begin() + 8192, 0), 8192);
+	EXPECT_EQ(std::count(att.begin() + 8192, att.end(), 'C'), 1808);
+	zcrpc_channel_destroy(ch);
+	zcrpc_worker_destroy(w);
+}
