@@ -245,7 +245,8 @@ static const char kWhoFrees[] =
 	" * - Call options (o, may be NULL) carry the deadline, metadata and\n"
 	" *   attachments (zcrpc_call_opts); what they point to is the caller's.\n"
 	" * - X__zcrpc_register() serves impl (built with protoc-c's X__INIT) on\n"
-	" *   a server; impl must outlive the server, every handler must be set.\n"
+	" *   a server; impl must outlive the server. A method whose handler is\n"
+	" *   NULL answers UNIMPLEMENTED (\"pkg.Svc.M is not implemented\").\n"
 	" *   Handlers call closure(reply, closure_data) exactly once, now or\n"
 	" *   later; the reply stays the handler's (it is packed and copied), the\n"
 	" *   request is freed after the closure ran. closure(NULL, ...) answers\n"
@@ -353,9 +354,10 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 			free(path.p);
 		}
 
-		sprintf_(h, "\n/* Serves every method of %s on @s (see above); INVALID_ARGUMENT\n"
-			    " * when a handler is NULL or impl is not a %s service;\n"
-			    " * otherwise as zcrpc_pb_server_register(). */\n"
+		sprintf_(h, "\n/* Serves every method of %s on @s (see above); a method whose\n"
+			    " * handler is NULL answers UNIMPLEMENTED, as in gRPC. INVALID_ARGUMENT\n"
+			    " * when impl is not a %s service; otherwise as\n"
+			    " * zcrpc_pb_server_register(). */\n"
 			    "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
 			    "\t%s_Service *impl);\n",
 			 full.p, full.p, svc_lower, svc_c);
@@ -365,16 +367,6 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 			    "\t    %s__descriptor.n_methods != %zuu)\n"
 			    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
 			 svc_lower, svc_c, svc_lower, svc_lower, sp->n_method);
-		if (sp->n_method) {
-			sputs(c, "\tif (");
-			for (size_t mi = 0; mi < sp->n_method; mi++) {
-				char *m_lower = camel(sp->method[mi]->name, LOWER);
-
-				sprintf_(c, "%s!impl->%s", mi ? " ||\n\t    " : "", m_lower);
-				free(m_lower);
-			}
-			sputs(c, ")\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n");
-		}
 		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
 		free(svc_c);
 		free(svc_lower);
