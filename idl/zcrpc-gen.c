@@ -11,8 +11,14 @@
  * silently generate unary stubs for them.
  *
  * protoc-c's C naming is reproduced here (its c_helpers.cc: ToCamel,
- * CamelToLower, CamelToUpper, FullNameTo*); the c_package file option is
- * not supported.
+ * CamelToLower, CamelToUpper, FullNameTo*), including protobuf-c's file
+ * option (pb_c_file).c_package, which renames the C types of a file (each
+ * type under the option of the file that defines it). Messages are passed
+ * as their first member, whatever (pb_c_msg).base_field_name calls it.
+ * Refused with a message, since protoc-c's own output would not work or
+ * not compile: optimize_for = CODE_SIZE (no names in protoc-c's
+ * descriptors), methods whose lower-case name is a C keyword (protoc-c's
+ * handler slot) or protoc-c's service init/descriptor.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -27,6 +33,10 @@
 typedef Google__Protobuf__FileDescriptorProto FileProto;
 typedef Google__Protobuf__ServiceDescriptorProto ServiceProto;
 typedef Google__Protobuf__MethodDescriptorProto MethodProto;
+typedef Google__Protobuf__DescriptorProto MessageProto;
+
+/* The descriptor set being read: the file and everything it imports. */
+static const Google__Protobuf__FileDescriptorSet *g_set;
 
 /* ---- a growable string ---------------------------------------------------- */
 
@@ -162,6 +172,169 @@ static char *camel(const char *name, enum style st)
 	return s.p;
 }
 
+/* ---- protobuf-c's options and the files of types ----------------------- */
+
+/* A varint at *p (below end); 0 when it runs past end. */
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; *p < end && shift < 64; shift += 7) {
+		uint8_t b = *(*p)++;
+
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return 1;
+	}
+	return 0;
+}
+
+/* Field 6 (c_package, a string) of a ProtobufCFileOptions message. */
+static int c_package_in(const uint8_t *p, size_t len, const uint8_t **val,
+			size_t *vlen)
+{
+	const uint8_t *end = p + len;
+	int found = 0;
+	uint64_t key, n;
+
+	while (p < end && read_varint(&p, end, &key)) {
+		switch (key & 7) {
+		case 0:
+			if (!read_varint(&p, end, &n))
+				return found;
+			break;
+		case 1:
+			p += 8;
+			break;
+		case 5:
+			p += 4;
+			break;
+		case 2:
+			if (!read_varint(&p, end, &n) || n > (uint64_t)(end - p))
+				return found;
+			if (key >> 3 == 6) {
+				*val = p;
+				*vlen = (size_t)n;
+				found = 1;
+			}
+			p += n;
+			break;
+		default:
+			return found;
+		}
+	}
+	return found;
+}
+
+/* The (pb_c_file).c_package of @f (a heap string), or NULL without one.
+ * The extension (FileOptions field 1019) is among the unknown fields of
+ * descriptor.proto's own FileOptions; the last occurrence wins. */
+static char *c_package(const FileProto *f)
+{
+	const uint8_t *val = NULL;
+	size_t vlen = 0;
+	int found = 0;
+	char *out;
+
+	if (!f->options)
+		return NULL;
+	for (size_t i = 0; i < f->options->base.n_unknown_fields; i++) {
+		const ProtobufCMessageUnknownField *u = &f->options->base.unknown_fields[i];
+		const uint8_t *p = u->data, *end = u->data + u->len;
+		uint64_t n;
+
+		/* protobuf-c keeps the field's bytes with their length prefix */
+		if (u->tag == 1019 && u->wire_type == PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED &&
+		    read_varint(&p, end, &n) && n <= (uint64_t)(end - p) &&
+		    c_package_in(p, (size_t)n, &val, &vlen))
+			found = 1;
+	}
+	if (!found)
+		return NULL;
+	if (!(out = malloc(vlen + 1)))
+		die_oom();
+	memcpy(out, val, vlen);
+	out[vlen] = '\0';
+	return out;
+}
+
+/* A message named by the dotted path @rel ("Outer.Inner") among @msgs. */
+static int has_message(MessageProto *const *msgs, size_t n, const char *rel)
+{
+	const char *dot = strchr(rel, '.');
+	size_t len = dot ? (size_t)(dot - rel) : strlen(rel);
+
+	for (size_t i = 0; i < n; i++) {
+		const MessageProto *m = msgs[i];
+
+		if (!m->name || strlen(m->name) != len || strncmp(m->name, rel, len) != 0)
+			continue;
+		if (!dot)
+			return 1;
+		if (has_message(m->nested_type, m->n_nested_type, dot + 1))
+			return 1;
+	}
+	return 0;
+}
+
+/* The file of the set that defines message @type (".pkg.Msg"), or NULL. */
+static const FileProto *file_of_type(const char *type)
+{
+	const char *full = type[0] == '.' ? type + 1 : type;
+
+	for (size_t i = 0; i < g_set->n_file; i++) {
+		const FileProto *f = g_set->file[i];
+		const char *pkg = f->package ? f->package : "";
+		size_t pl = strlen(pkg);
+		const char *rel = full;
+
+		if (pl) {
+			if (strncmp(full, pkg, pl) != 0 || full[pl] != '.')
+				continue;
+			rel = full + pl + 1;
+		}
+		if (has_message(f->message_type, f->n_message_type, rel))
+			return f;
+	}
+	return NULL;
+}
+
+/* protoc-c's name for @full ("pkg.Name", leading dot allowed) defined in @f:
+ * its OverrideFullName() (the package replaced by the file's c_package),
+ * then FullNameToC/Lower/Upper. */
+static char *c_name(const FileProto *f, const char *full, enum style st)
+{
+	const char *pkg = f && f->package ? f->package : "";
+	char *cpkg = f ? c_package(f) : NULL;
+	struct str s = {0};
+	char *out;
+
+	if (full[0] == '.')
+		full++;
+	if (!cpkg)
+		return full_name(full, st);
+	sputs(&s, cpkg);
+	if (!*pkg)
+		sputc(&s, '.');
+	sputs(&s, full + strlen(pkg));
+	out = full_name(s.p, st);
+	free(s.p);
+	free(cpkg);
+	return out;
+}
+
+/* A message type's name in protoc-c's style, under its own file's options. */
+static char *type_name(const char *type, enum style st)
+{
+	return c_name(file_of_type(type), type, st);
+}
+
+static int code_size(const FileProto *f)
+{
+	return f && f->options && f->options->has_optimize_for &&
+	       f->options->optimize_for ==
+		       GOOGLE__PROTOBUF__FILE_OPTIONS__OPTIMIZE_MODE__CODE_SIZE;
+}
+
 static uint32_t fnv1a(const char *s)
 {
 	uint32_t h = 2166136261u;
@@ -245,7 +418,8 @@ static const char kWhoFrees[] =
 	" * - Call options (o, may be NULL) carry the deadline, metadata and\n"
 	" *   attachments (zcrpc_call_opts); what they point to is the caller's.\n"
 	" * - X__zcrpc_register() serves impl (built with protoc-c's X__INIT) on\n"
-	" *   a server; impl must outlive the server, every handler must be set.\n"
+	" *   a server; impl must outlive the server. A method whose handler is\n"
+	" *   NULL answers UNIMPLEMENTED (\"pkg.Svc.M is not implemented\").\n"
 	" *   Handlers call closure(reply, closure_data) exactly once, now or\n"
 	" *   later; the reply stays the handler's (it is packed and copied), the\n"
 	" *   request is freed after the closure ran. closure(NULL, ...) answers\n"
@@ -280,17 +454,17 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 			sprintf_(&full, "%s.%s", fp->package, sp->name);
 		else
 			sputs(&full, sp->name);
-		svc_c = full_name(full.p, CNAME);
-		svc_lower = full_name(full.p, LOWER);
-		svc_upper = full_name(full.p, UPPER);
+		svc_c = c_name(fp, full.p, CNAME);
+		svc_lower = c_name(fp, full.p, LOWER);
+		svc_upper = c_name(fp, full.p, UPPER);
 
 		sprintf_(h, "\n/* ---- service %s ---- */\n", full.p);
 		sprintf_(c, "\n/* ---- service %s ---- */\n", full.p);
 		for (size_t mi = 0; mi < sp->n_method; mi++) {
 			const MethodProto *mp = sp->method[mi];
-			char *in_c = full_name(mp->input_type, CNAME);
-			char *out_c = full_name(mp->output_type, CNAME);
-			char *out_lower = full_name(mp->output_type, LOWER);
+			char *in_c = type_name(mp->input_type, CNAME);
+			char *out_c = type_name(mp->output_type, CNAME);
+			char *out_lower = type_name(mp->output_type, LOWER);
 			char *m_camel = NULL, *m_lower = camel(mp->name, LOWER),
 			     *m_upper = camel(mp->name, UPPER);
 			struct str path = {0}, mc = {0};
@@ -323,7 +497,8 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 				    "\t\tif (reply)\n\t\t\t*reply = NULL;\n"
 				    "\t\tif (message)\n\t\t\t*message = NULL;\n"
 				    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n\t}\n"
-				    "\tst = zcrpc_pb_call(ch, %s__%s__ZCRPC_ID, &req->base,\n"
+				    "\tst = zcrpc_pb_call(ch, %s__%s__ZCRPC_ID,\n"
+				    "\t\t(const ProtobufCMessage *)req,\n"
 				    "\t\t&%s__descriptor, o, &m, message);\n"
 				    "\t*reply = (%s *)m;\n"
 				    "\treturn st;\n}\n",
@@ -339,7 +514,8 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
 				    "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id)\n{\n"
 				    "\tif (!req || !done)\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n"
-				    "\treturn zcrpc_pb_call_async(ch, %s__%s__ZCRPC_ID, &req->base,\n"
+				    "\treturn zcrpc_pb_call_async(ch, %s__%s__ZCRPC_ID,\n"
+				    "\t\t(const ProtobufCMessage *)req,\n"
 				    "\t\t&%s__descriptor, o, %s__%s__done,\n"
 				    "\t\t(zcrpc_pb_fn)done, arg, id);\n}\n",
 				 svc_lower, m_lower, in_c, svc_c, m_camel, svc_upper, m_upper,
@@ -353,9 +529,10 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 			free(path.p);
 		}
 
-		sprintf_(h, "\n/* Serves every method of %s on @s (see above); INVALID_ARGUMENT\n"
-			    " * when a handler is NULL or impl is not a %s service;\n"
-			    " * otherwise as zcrpc_pb_server_register(). */\n"
+		sprintf_(h, "\n/* Serves every method of %s on @s (see above); a method whose\n"
+			    " * handler is NULL answers UNIMPLEMENTED, as in gRPC. INVALID_ARGUMENT\n"
+			    " * when impl is not a %s service; otherwise as\n"
+			    " * zcrpc_pb_server_register(). */\n"
 			    "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
 			    "\t%s_Service *impl);\n",
 			 full.p, full.p, svc_lower, svc_c);
@@ -365,16 +542,6 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 			    "\t    %s__descriptor.n_methods != %zuu)\n"
 			    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
 			 svc_lower, svc_c, svc_lower, svc_lower, sp->n_method);
-		if (sp->n_method) {
-			sputs(c, "\tif (");
-			for (size_t mi = 0; mi < sp->n_method; mi++) {
-				char *m_lower = camel(sp->method[mi]->name, LOWER);
-
-				sprintf_(c, "%s!impl->%s", mi ? " ||\n\t    " : "", m_lower);
-				free(m_lower);
-			}
-			sputs(c, ")\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n");
-		}
 		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
 		free(svc_c);
 		free(svc_lower);
@@ -462,6 +629,106 @@ static int check_names(const FileProto *fp)
 	return bad;
 }
 
+/* Where the method is: "file:line: " (or "file: " without source info). */
+static void where(const FileProto *fp, size_t si, size_t mi)
+{
+	int line = method_line(fp, si, mi);
+
+	if (line)
+		fprintf(stderr, "%s:%d: ", fp->name, line);
+	else
+		fprintf(stderr, "%s: ", fp->name);
+}
+
+/* C keywords (C11, C23 and GNU C's asm/typeof; true/false/bool are macros
+ * with <stdbool.h>): protoc-c names a method's handler slot in the
+ * service struct after the method's lower-case name, unchanged. */
+static int c_keyword(const char *w)
+{
+	static const char *const kw[] = {
+		"alignas", "alignof", "asm", "auto", "bool", "break", "case", "char",
+		"const", "constexpr", "continue", "default", "do", "double", "else",
+		"enum", "extern", "false", "float", "for", "goto", "if", "inline",
+		"int", "long", "nullptr", "register", "restrict", "return", "short",
+		"signed", "sizeof", "static", "static_assert", "struct", "switch",
+		"thread_local", "true", "typedef", "typeof", "typeof_unqual", "union",
+		"unsigned", "void", "volatile", "while",
+	};
+
+	for (size_t i = 0; i < sizeof(kw) / sizeof(kw[0]); i++)
+		if (strcmp(w, kw[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* Refuses what protoc-c's own output for the file gets wrong: a file (or a
+ * method's message type from a file) with optimize_for = CODE_SIZE, whose
+ * descriptors protoc-c writes without names, so zcrpc_pb_server_register()
+ * refuses the service and every call would be UNIMPLEMENTED; a method
+ * whose handler slot is a C keyword (Switch: a member "switch"); a method
+ * Init or Descriptor, whose protoc-c client function is protoc-c's service
+ * initializer or descriptor. Returns the number of problems. */
+static int check_protoc_c(const FileProto *fp)
+{
+	int bad = 0;
+
+	if (fp->n_service && code_size(fp)) {
+		fprintf(stderr, "%s: option optimize_for = CODE_SIZE leaves the names out of "
+				"the descriptors protoc-c writes, and zcrpc finds services and "
+				"methods by name; use SPEED (the default) or LITE_RUNTIME\n",
+			fp->name);
+		bad++;
+	}
+	for (size_t si = 0; si < fp->n_service; si++) {
+		const ServiceProto *sp = fp->service[si];
+		struct str full = {0};
+		char *svc_lower;
+
+		if (fp->package && *fp->package)
+			sprintf_(&full, "%s.%s", fp->package, sp->name);
+		else
+			sputs(&full, sp->name);
+		svc_lower = c_name(fp, full.p, LOWER);
+		for (size_t mi = 0; mi < sp->n_method; mi++) {
+			const MethodProto *mp = sp->method[mi];
+			char *lower = camel(mp->name, LOWER);
+			const char *types[2] = {mp->input_type, mp->output_type};
+
+			if (c_keyword(lower)) {
+				where(fp, si, mi);
+				fprintf(stderr, "method %s: protoc-c calls its handler slot %s, a C "
+						"keyword, so protoc-c's own header does not compile; "
+						"rename the method\n",
+					mp->name, lower);
+				bad++;
+			} else if (strcmp(lower, "init") == 0 || strcmp(lower, "descriptor") == 0) {
+				where(fp, si, mi);
+				fprintf(stderr, "method %s clashes with %s__%s%s, the service %s "
+						"protoc-c writes; rename the method\n",
+					mp->name, svc_lower, lower, lower[0] == 'i' ? "()" : "",
+					lower[0] == 'i' ? "initializer" : "descriptor");
+				bad++;
+			}
+			for (int t = 0; t < 2 && !code_size(fp); t++) {
+				const FileProto *tf = file_of_type(types[t]);
+
+				if (!code_size(tf))
+					continue;
+				where(fp, si, mi);
+				fprintf(stderr, "method %s uses %s from %s, which has optimize_for = "
+						"CODE_SIZE: protoc-c writes its descriptors without names; "
+						"use SPEED (the default) or LITE_RUNTIME there\n",
+					mp->name, types[t] + (types[t][0] == '.'), tf->name);
+				bad++;
+			}
+			free(lower);
+		}
+		free(svc_lower);
+		free(full.p);
+	}
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	Google__Protobuf__FileDescriptorSet *set;
@@ -485,6 +752,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "zcrpc-gen: %s is not a FileDescriptorSet\n", argv[1]);
 		return 2;
 	}
+	g_set = set;
 	for (size_t i = 0; i < set->n_file; i++)
 		if (set->file[i]->name && strcmp(set->file[i]->name, argv[2]) == 0)
 			fp = set->file[i];
@@ -509,6 +777,11 @@ int main(int argc, char **argv)
 		}
 	if (bad) {
 		fprintf(stderr, "zcrpc-gen: zcrpc calls are unary; no stubs written\n");
+		return 1;
+	}
+	if (check_protoc_c(fp)) {
+		fprintf(stderr, "zcrpc-gen: protoc-c's code for %s would not compile or not "
+				"work; no stubs written\n", fp->name);
 		return 1;
 	}
 	if (check_names(fp))

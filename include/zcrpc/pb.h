@@ -45,7 +45,8 @@ extern "C" {
  * @ch must outlive the service. protobuf_c_service_destroy() (or @out's
  * destroy) frees the service; calls still in flight keep it alive until
  * they complete (destroying @ch completes them with CANCELLED).
- * Errors: INVALID_ARGUMENT (NULL arguments, @d not a service descriptor),
+ * Errors: INVALID_ARGUMENT (NULL arguments, @d not a service descriptor or
+ * one without names: protoc-c writes none with optimize_for = CODE_SIZE),
  * RESOURCE_EXHAUSTED.
  */
 ZCRPC_API zcrpc_status zcrpc_pb_client_create(zcrpc_channel *ch,
@@ -137,7 +138,9 @@ ZCRPC_API zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
  * zcrpc_pb_set_status(), INTERNAL by default. A closure never called
  * leaks the call, as a zcrpc handler that never replies does.
  *
- * Errors: INVALID_ARGUMENT, and zcrpc_server_register()'s: ALREADY_EXISTS
+ * Errors: INVALID_ARGUMENT (also for a descriptor without names, as
+ * protoc-c writes with optimize_for = CODE_SIZE), and
+ * zcrpc_server_register()'s: ALREADY_EXISTS
  * (a method's name or id is taken), RESOURCE_EXHAUSTED. On an error the
  * methods registered before the failing one stay registered.
  */
