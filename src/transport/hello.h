@@ -47,7 +47,10 @@ extern "C" {
 #define ZCRPC_FEAT_CREDITS 0x1U /* credit-based flow control (always set) */
 #define ZCRPC_FEAT_AUTH 0x2U	/* CONNECT: the client holds a pre-shared key;
 				   ACCEPT: the server requires AUTH; nonce follows */
-#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS) /* set in every hello */
+#define ZCRPC_FEAT_CLOSE 0x8U	/* the sender ends an orderly close with a
+				   CLOSE message (docs/protocol.md §5), so
+				   the peer can tell it from a crash */
+#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_CLOSE) /* set in every hello */
 
 #define ZCRPC_HELLO_NONCE_LEN 32
 #define ZCRPC_HELLO_AUTH_LEN (ZCRPC_HELLO_LEN + ZCRPC_HELLO_NONCE_LEN) /* 64 */

@@ -150,6 +150,9 @@ def hello_seeds():
     s["ok-longer-hello"] = hello(CONNECT, length=48, extra=b"\x01" * 16)
     s["ok-longest-hello"] = hello(ACCEPT, length=196, extra=bytes(164))
     s["ok-unknown-features"] = hello(CONNECT, features=0xFFFFFFFF)
+    # CREDITS | CLOSE (0x8, docs/protocol.md §5), as this version sends
+    s["ok-connect-close"] = hello(CONNECT, features=0x9)
+    s["ok-accept-close"] = hello(ACCEPT, features=0x9)
     s["ok-reserved-set"] = hello(ACCEPT, res=(0xFFFFFFFF, 1))
     s["bad-empty"] = b""
     s["bad-short-7"] = hello(CONNECT)[:7]
