@@ -10,8 +10,10 @@
  * FAILED_PRECONDITION.
  *
  * Every call completes exactly once: OK, the server's error status with
- * its message, DEADLINE_EXCEEDED, CANCELLED, UNAVAILABLE (connection lost,
- * refused, server going away), RESOURCE_EXHAUSTED (local queue full),
+ * its message, DEADLINE_EXCEEDED, CANCELLED (also: the server closed the
+ * connection in order with the call in flight, "closed by the server"),
+ * UNAVAILABLE (connection lost, "could not connect" when it never came up:
+ * refused, unreachable; server going away), RESOURCE_EXHAUSTED (local queue full),
  * UNAUTHENTICATED (the server refused the channel's pre-shared key, or
  * the key is missing on one side).
  */
@@ -100,7 +102,8 @@ ZCRPC_API zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 
 /**
  * zcrpc_channel_destroy - complete every outstanding call with CANCELLED
- * (their callbacks run inside this call), close the connection, free the
+ * (their callbacks run inside this call), close the connection (in order:
+ * the server sees on_disconnect OK and cancels its calls on it), free the
  * channel. Must not be called from inside one of its own callbacks. NULL
  * is a no-op.
  */
@@ -261,6 +264,11 @@ typedef struct zcrpc_server_opts {
 				      in arrival order; those whose deadline passed meanwhile are never run */
 	size_t bulk_threshold;	 /**< reply payloads above this travel by RDMA WRITE; default 16384 */
 	void (*on_connect)(zcrpc_server *s, zcrpc_conn *conn, void *arg);
+	/** A connection ended: @why OK when it closed in order (the client
+	 * closed or destroyed its channel, or this server closed it),
+	 * UNAVAILABLE when the client died or was cut off, ...;
+	 * zcrpc_conn_error(@conn) says why (docs/protocol.md §5). The
+	 * handlers' calls on it are cancelled. */
 	void (*on_disconnect)(zcrpc_server *s, zcrpc_conn *conn,
 			      zcrpc_status why, void *arg);
 	void *arg;
@@ -301,8 +309,8 @@ ZCRPC_API uint16_t zcrpc_server_port(const zcrpc_server *s);
  * zcrpc_server_shutdown - graceful: stop listening, tell every client
  * (GOAWAY) so new calls go elsewhere, let calls in flight finish for up to
  * @grace_ms while driving the worker's progress, then close the
- * connections (calls still running are answered UNAVAILABLE to the
- * clients). Returns OK when everything drained, DEADLINE_EXCEEDED when the
+ * connections in order (calls still running are CANCELLED at the
+ * clients: "closed by the server"). Returns OK when everything drained, DEADLINE_EXCEEDED when the
  * grace period cut calls short. Not from inside a callback.
  */
 ZCRPC_API zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms);
@@ -368,6 +376,15 @@ typedef struct zcrpc_server_stats {
 				   *   carried another byte count than the part
 				   *   announced: failed INVALID_ARGUMENT, the
 				   *   handler never ran (docs/protocol.md §4) */
+	/** Connections that ended in an orderly close, by the client
+	 * (zcrpc_channel_destroy, or a close) or by this server: on_disconnect
+	 * sees OK, and the handlers' calls on them were cancelled. */
+	uint64_t conns_closed;
+	/** Connections that ended otherwise: the client died or was cut off
+	 * (UNAVAILABLE), an error; on_disconnect gets the status and
+	 * zcrpc_conn_error() the reason. A client built before the close
+	 * message (docs/protocol.md §5) lands here even when it closed. */
+	uint64_t conns_lost;
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

@@ -177,8 +177,10 @@ typedef struct zcrpc_conn_handlers {
 	/**
 	 * State change: ESTABLISHED (status OK) for connections made with
 	 * zcrpc_connect(), and CLOSED for every connection, exactly once, with
-	 * OK after an orderly close and otherwise why it failed:
-	 * UNAVAILABLE (refused, unreachable, peer lost), DEADLINE_EXCEEDED
+	 * OK after an orderly close (this side's, or the peer's when its CLOSE
+	 * message arrived: docs/protocol.md §5) and otherwise why it failed:
+	 * UNAVAILABLE (refused, unreachable, peer died or lost without a
+	 * close, or closed by a peer that sends no CLOSE), DEADLINE_EXCEEDED
 	 * (connect deadline), INTERNAL (peer broke the protocol),
 	 * UNAUTHENTICATED (key proof refused, or a key on one side only), ...
 	 */
@@ -540,15 +542,19 @@ ZCRPC_API zcrpc_status zcrpc_conn_write(zcrpc_conn *conn, const zcrpc_mr *src,
 ZCRPC_API size_t zcrpc_conn_write_piece(const zcrpc_conn *conn);
 
 /**
- * zcrpc_conn_close - start an orderly close (rdma_disconnect, so posted work
- * flushes). on_state(CLOSED) follows from a later progress call. Idempotent.
+ * zcrpc_conn_close - start an orderly close: writes not yet posted are
+ * cancelled, a CLOSE message tells the peer (its CLOSED reads OK, not a
+ * crash; docs/protocol.md §5), what was posted drains, then rdma_disconnect.
+ * on_state(CLOSED, OK) follows from a later progress call. Idempotent.
  */
 ZCRPC_API void zcrpc_conn_close(zcrpc_conn *conn);
 
 /**
  * zcrpc_conn_destroy - close if needed and release the handle. No callback
- * runs for this connection afterwards. May be called from inside the
- * connection's own callbacks (the memory is freed after the callback
+ * runs for this connection afterwards. An established connection sends its
+ * CLOSE message first, and the release waits up to 200 ms for it to reach
+ * the peer, which then reads an orderly close. May be called from inside
+ * the connection's own callbacks (the memory is freed after the callback
  * returns). NULL is a no-op.
  */
 ZCRPC_API void zcrpc_conn_destroy(zcrpc_conn *conn);

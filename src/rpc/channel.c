@@ -444,6 +444,8 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 		complete(ch, c, st, why);
 	}
 	if (current) {
+		if (st == ZCRPC_CANCELLED)
+			st = ZCRPC_UNAVAILABLE; /* never sent: not cut */
 		while (ch->q_head)
 			complete(ch, ch->q_head, st, why);
 		ch->conn = NULL;
@@ -468,6 +470,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 {
 	zcrpc_channel *ch = arg;
 	char why[256];
+	int never_up, by_server;
 
 	if (s == ZCRPC_CONN_ESTABLISHED) {
 		if (conn == ch->conn) {
@@ -478,9 +481,14 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 		}
 		return;
 	}
-	/* CLOSED */
-	snprintf(why, sizeof(why), "connection to %s:%s lost: %s", ch->host,
-		 ch->port, zcrpc_conn_error(conn));
+	/* CLOSED: never up (refused, unreachable), closed by the server in
+	 * order (the calls it cut are CANCELLED), or lost. */
+	never_up = conn == ch->conn && !ch->conn_up;
+	by_server = st == ZCRPC_OK && conn->peer_closed;
+	snprintf(why, sizeof(why), "%s %s:%s%s: %s",
+		 never_up ? "could not connect to" : "connection to", ch->host,
+		 ch->port, never_up ? "" : by_server ? " closed by the server" : " lost",
+		 zcrpc_conn_error(conn));
 	if (conn == ch->conn) {
 		/* Next attempt after a jittered, growing delay. */
 		ch->backoff_ms = ch->backoff_ms ? ch->backoff_ms * 2
@@ -494,7 +502,10 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 							      : ZCRPC_UNAVAILABLE;
 		snprintf(ch->down_why, sizeof(ch->down_why), "%s", why);
 	}
-	conn_gone(ch, conn, st == ZCRPC_UNAUTHENTICATED ? st : ZCRPC_UNAVAILABLE,
+	conn_gone(ch, conn,
+		  st == ZCRPC_UNAUTHENTICATED ? st
+		  : by_server		      ? ZCRPC_CANCELLED
+					      : ZCRPC_UNAVAILABLE,
 		  why);
 }
 

@@ -630,6 +630,10 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state st, zcrpc_status why,
 	}
 	sc->calls = NULL;
 	s->st.connections--;
+	if (why == ZCRPC_OK)
+		s->st.conns_closed++; /* the client (or we) closed in order */
+	else
+		s->st.conns_lost++; /* crash, loss, error; zcrpc_conn_error says */
 	if (s->o.on_disconnect)
 		s->o.on_disconnect(s, conn, why, s->o.arg);
 	sconn_free(sc);

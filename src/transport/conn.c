@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/le.h"
 #include "hello.h"
 #include "test_hooks.h"
 
@@ -19,6 +20,8 @@ static atomic_int test_next_cqe;
 
 #define ZCRPC_INLINE_WANTED 220
 #define ZCRPC_CLOSE_TIMEOUT_NS (2000LL * 1000000LL)
+/* How long a teardown lets a CLOSE still in the send queue go out. */
+#define ZCRPC_CLOSE_SEND_WAIT_NS (200LL * 1000000LL)
 
 void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
 			  const zcrpc_conn_handlers *src)
@@ -151,7 +154,7 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 	struct zcrpc_hello h = {
 		.version = ZCRPC_PROTO_VERSION,
 		.kind = (uint8_t)kind,
-		.features = ZCRPC_FEAT_ALL,
+		.features = zcrpc__worker_features(c->w),
 		/* the receives actually posted: fewer while authenticating */
 		.recv_depth = c->recv_initial ? c->recv_initial : c->recv_depth,
 		.max_msg = c->w->opts.max_msg,
@@ -169,6 +172,19 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 	p->rnr_retry_count = c->w->opts.rnr_retry_count;
 }
 
+#define PEER_CLOSED "the peer closed the connection (orderly close)"
+
+uint32_t zcrpc__worker_features(const zcrpc_worker *w)
+{
+	return ZCRPC_FEAT_ALL & ~w->test_no_features;
+}
+
+void zcrpc__worker_test_clear_features(zcrpc_worker *w, uint32_t bits)
+{
+	if (w)
+		w->test_no_features = bits;
+}
+
 static void notify(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status)
 {
 	if (!c->dead && c->h.on_state)
@@ -182,10 +198,16 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 
 	if (c->state == ZCRPC_CONN_CLOSED)
 		return;
-	c->status = st;
 	va_start(ap, fmt);
 	vsnprintf(c->detail, sizeof(c->detail), fmt, ap);
 	va_end(ap);
+	if (c->peer_closed && !c->closing && st == ZCRPC_UNAVAILABLE) {
+		/* After the peer's CLOSE, a failed send or receive is its
+		 * disconnect racing the DISCONNECTED event. */
+		st = c->peer_close_status;
+		snprintf(c->detail, sizeof(c->detail), "%s", PEER_CLOSED);
+	}
+	c->status = st;
 	c->state = ZCRPC_CONN_CLOSED;
 	c->deadline_ns = 0;
 	c->w->need_reap = 1;
@@ -246,6 +268,45 @@ static void on_rejected(zcrpc_conn *c, int status, const void *pdata,
 				     : "rejected by the peer");
 }
 
+/* DISCONNECTED: who closed, and how (docs/protocol.md §5). */
+static void on_disconnected(zcrpc_conn *c)
+{
+	if (c->closing)
+		zcrpc__conn_fail(c, ZCRPC_OK, "closed");
+	else if (c->peer_closed)
+		zcrpc__conn_fail(c, c->peer_close_status, PEER_CLOSED);
+	else if (c->features & ZCRPC_FEAT_CLOSE)
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+				 "peer disconnected without closing (its process died or it lost the connection)");
+	else
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+				 "peer closed the connection (it sends no close message: a crash looks the same)");
+}
+
+void zcrpc__conn_on_close_msg(zcrpc_conn *c, const uint8_t *payload)
+{
+	c->peer_closed = 1;
+	c->peer_close_status = (zcrpc_status)zcrpc__get_le32(payload);
+}
+
+/* Sends CLOSE (docs/protocol.md §5) when both sides announced
+ * ZCRPC_FEAT_CLOSE and a credit and ring room are there; without it the
+ * peer reads the disconnect as a loss, as from a peer without the feature. */
+static void send_close(zcrpc_conn *c)
+{
+	uint8_t msg[ZCRPC_CLOSE_MSG_LEN] = {0}; /* status OK, reserved 0 */
+	uint64_t seq = c->sq_tail;
+
+	if (!(c->features & ZCRPC_FEAT_CLOSE) || c->close_sent ||
+	    c->state != ZCRPC_CONN_ESTABLISHED || c->test_broken)
+		return;
+	if (zcrpc__conn_send_ctrl(c, ZCRPC_MSG_CLOSE, msg, sizeof(msg), 0) !=
+	    ZCRPC_OK)
+		return;
+	c->close_sent = 1;
+	c->close_seq = seq;
+}
+
 void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			     int status, const void *pdata, size_t plen)
 {
@@ -274,7 +335,7 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			c->peer_max_msg = h.max_msg;
 			c->peer_max_write = h.max_write;
 			c->credits = h.recv_depth;
-			c->features = h.features & ZCRPC_FEAT_ALL;
+			c->features = h.features & zcrpc__worker_features(c->w);
 			if (zcrpc__auth_client_start(c, &h))
 				break; /* proving the key (or refused) */
 		}
@@ -296,17 +357,16 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 		if (c->state == ZCRPC_CONN_CONNECTING &&
 		    c->auth_phase == ZCRPC_AUTH_CLIENT_WAIT)
 			zcrpc__auth_peer_closed(c); /* the verdict first */
+		if (c->state == ZCRPC_CONN_ESTABLISHED && !c->closing &&
+		    !c->peer_closed && (c->features & ZCRPC_FEAT_CLOSE))
+			zcrpc__conn_poll(c); /* its CLOSE may wait in the CQ */
 		if (!c->disconnected) {
 			/* librdmacm does not move the QP to error on
 			 * DISCONNECTED: do it, so posted work flushes. */
 			rdma_disconnect(c->id);
 			c->disconnected = 1;
 		}
-		if (c->closing)
-			zcrpc__conn_fail(c, ZCRPC_OK, "closed");
-		else
-			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
-					 "peer closed the connection");
+		on_disconnected(c);
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		/* Everything on the device goes, this connection first. */
@@ -355,12 +415,15 @@ void zcrpc_conn_close(zcrpc_conn *c)
 	zcrpc__mw_fail_all(c);
 	c->deadline_ns = zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS;
 	zcrpc__worker_add_deadline(c->w, c->deadline_ns);
+	send_close(c); /* the last message; it drains with the rest */
+	if (c->state == ZCRPC_CONN_CLOSED)
+		return;
 	if (c->sq_head != c->sq_tail) {
 		/* What was posted goes out first (rdma_disconnect would flush
-		 * it): a signaled probe completes only after everything before
-		 * it did. */
+		 * it): a signaled WR (the CLOSE, or a probe) completes only
+		 * after everything before it did. */
 		c->drain_close = 1;
-		if (!c->ka_outstanding)
+		if (!c->ka_outstanding && !c->close_sent)
 			zcrpc__conn_keepalive(c);
 		return;
 	}
@@ -388,6 +451,8 @@ void zcrpc_conn_destroy(zcrpc_conn *c)
 	if (!c || c->dead)
 		return;
 	c->dead = 1; /* no callback for it from now on */
+	if (c->state == ZCRPC_CONN_ESTABLISHED && !c->closing)
+		send_close(c); /* the teardown lets it go out */
 	if (c->state != ZCRPC_CONN_CLOSED) {
 		c->status = ZCRPC_CANCELLED;
 		c->state = ZCRPC_CONN_CLOSED;
@@ -438,10 +503,26 @@ static void collect_flushes(zcrpc_conn *c)
 		c->stats.unflushed_wrs += posted - seen;
 }
 
+/* Our CLOSE is still in the send queue and rdma_disconnect would flush
+ * it: lets it reach the peer first, for a bounded time. The connection is
+ * CLOSED, so polling runs no callback and reposts nothing. */
+static void wait_close_sent(zcrpc_conn *c)
+{
+	int64_t until = zcrpc__now_ns() + ZCRPC_CLOSE_SEND_WAIT_NS;
+
+	while (c->sq_head <= c->close_seq && c->cq && !c->torn_down &&
+	       zcrpc__now_ns() < until)
+		if (!zcrpc__conn_poll(c))
+			sched_yield();
+}
+
 void zcrpc__conn_teardown(zcrpc_conn *c)
 {
 	if (c->torn_down)
 		return;
+	if (c->close_sent && !c->disconnected && !c->test_broken &&
+	    !c->dev_gone && c->id && c->id->qp)
+		wait_close_sent(c);
 	c->torn_down = 1;
 	if (c->test_broken)
 		return; /* leaked on purpose: destroying the id sends a DREQ */

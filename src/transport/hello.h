@@ -50,7 +50,10 @@ extern "C" {
 #define ZCRPC_FEAT_PIECE 0x4U	/* max_write at offset 24 is set: the largest
 				   RDMA WRITE the sender posts or accepts in
 				   one work request (docs/protocol.md §4) */
-#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE) /* set in every hello */
+#define ZCRPC_FEAT_CLOSE 0x8U	/* the sender ends an orderly close with a
+				   CLOSE message (docs/protocol.md §5), so
+				   the peer can tell it from a crash */
+#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

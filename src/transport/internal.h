@@ -165,6 +165,7 @@ struct zcrpc_worker {
 	unsigned removed_seen;	  /* device indexes swept (removal.c) */
 	unsigned removed_gen;	  /* ctx->removed_gen when last swept */
 	uint64_t rejected_auth, rejected_busy, handshake_timeouts; /* admission */
+	uint32_t test_no_features; /* tests: bits its hellos leave out */
 	char err[192];
 };
 
@@ -206,7 +207,9 @@ enum zcrpc__msg_type {
 	ZCRPC_MSG_CREDIT = 2,
 	ZCRPC_MSG_AUTH = 3,	  /* client's key proof (auth.c) */
 	ZCRPC_MSG_AUTH_REPLY = 4, /* server's verdict (auth.c) */
+	ZCRPC_MSG_CLOSE = 5,	  /* orderly close follows (ZCRPC_FEAT_CLOSE) */
 };
+#define ZCRPC_CLOSE_MSG_LEN 8 /* CLOSE payload: status (u32), reserved (u32) */
 
 #define ZCRPC_POLL_BATCH 16
 
@@ -318,6 +321,8 @@ struct zcrpc_conn {
 	unsigned test_broken : 1;    /* zcrpc__conn_test_break_qp(): frozen */
 	unsigned drain_close : 1;    /* closing: disconnect once the SQ drained */
 	unsigned dev_gone : 1;	     /* its device was removed: nothing flushes */
+	unsigned close_sent : 1;     /* our CLOSE is in the ring (close_seq) */
+	unsigned peer_closed : 1;    /* the peer's CLOSE arrived */
 
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;
@@ -352,6 +357,8 @@ struct zcrpc_conn {
 	uint32_t peer_recv_depth, peer_max_msg;
 	uint32_t peer_max_write; /* the peer's hello (FEAT_PIECE); 0 = none */
 	uint32_t features;
+	uint64_t close_seq;	    /* ring sequence number of our CLOSE */
+	zcrpc_status peer_close_status; /* what the peer's CLOSE said */
 
 	/* Admission (auth.c): the key and nonce while authenticating. */
 	struct zcrpc__auth *auth; /* NULL: no key on this connection */
@@ -392,6 +399,11 @@ void zcrpc__conn_teardown(zcrpc_conn *c);
 void zcrpc__conn_free(zcrpc_conn *c);
 void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now);
 void zcrpc__conn_close_drained(zcrpc_conn *c);
+/* The feature bits @w announces: ZCRPC_FEAT_ALL less what a test hook
+ * took away (zcrpc__worker_test_clear_features). */
+uint32_t zcrpc__worker_features(const zcrpc_worker *w);
+/* A CLOSE message arrived (sendrecv.c): the peer closes in order. */
+void zcrpc__conn_on_close_msg(zcrpc_conn *c, const uint8_t *payload);
 
 /*
  * Tests only: moves the connection's QP to IBV_QPS_ERR with ibv_modify_qp,

@@ -109,7 +109,7 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 	c->peer_max_msg = h.max_msg;
 	c->peer_max_write = h.max_write;
 	c->credits = h.recv_depth;
-	c->features = h.features & ZCRPC_FEAT_ALL;
+	c->features = h.features & zcrpc__worker_features(w);
 	if (l->opts.psk) {
 		st = zcrpc__auth_server_init(c, l);
 		if (st != ZCRPC_OK)

@@ -556,6 +556,15 @@ void zcrpc__conn_recv_consumed(zcrpc_conn *c, uint32_t pos)
 	recycle(c, pos, 0);
 }
 
+/* A well-formed CLOSE (docs/protocol.md §5): only on a connection that
+ * negotiated it, 8 bytes, a status code; the reserved word is ignored. */
+static int is_close(const zcrpc_conn *c, const uint8_t *p, uint32_t len)
+{
+	return p[0] == ZCRPC_MSG_CLOSE && (c->features & ZCRPC_FEAT_CLOSE) &&
+	       len == ZCRPC_CLOSE_MSG_LEN &&
+	       zcrpc__get_le32(p + ZCRPC_MSG_HDR_LEN) < ZCRPC_STATUS_COUNT;
+}
+
 static void on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 {
 	const uint8_t *p = c->recv[pos].ptr;
@@ -574,11 +583,18 @@ static void on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 	len = zcrpc__get_le32(p + 4);
 	if (len != byte_len - ZCRPC_MSG_HDR_LEN ||
 	    len > c->w->opts.max_msg || p[1] != 0 ||
-	    (p[0] != ZCRPC_MSG_DATA && p[0] != ZCRPC_MSG_CREDIT) ||
+	    (p[0] != ZCRPC_MSG_DATA && p[0] != ZCRPC_MSG_CREDIT &&
+	     !is_close(c, p, len)) ||
 	    (p[0] == ZCRPC_MSG_CREDIT && len != 0)) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: type %u flags %u length %u in a %u-byte message",
 				 p[0], p[1], len, byte_len);
+		return;
+	}
+	if (c->peer_closed) { /* nothing follows a CLOSE */
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
+				 "protocol violation: type %u after the peer's CLOSE",
+				 p[0]);
 		return;
 	}
 	got = zcrpc__get_le16(p + 2);
@@ -589,6 +605,8 @@ static void on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 	}
 	c->credits += got;
 	kept = 0;
+	if (p[0] == ZCRPC_MSG_CLOSE)
+		zcrpc__conn_on_close_msg(c, p + ZCRPC_MSG_HDR_LEN);
 	if (p[0] == ZCRPC_MSG_DATA) {
 		c->stats.msgs_recv++;
 		c->stats.bytes_recv += len;

@@ -33,6 +33,11 @@ void zcrpc__test_write_piece(uint32_t bytes);
  * empty WRITE WITH IMMEDIATE). Process-wide. */
 void zcrpc__test_allow_zero_writes(int on);
 
+/* The hellos @w sends from now on leave out the feature bits @bits (e.g.
+ * ZCRPC_FEAT_CLOSE: @w behaves as a peer built before that feature), and
+ * its connections use none of them. 0 restores every bit. */
+void zcrpc__worker_test_clear_features(zcrpc_worker *w, uint32_t bits);
+
 /* Prints @w's connections' internal state to @out (diagnosis of hangs). */
 void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out);
 

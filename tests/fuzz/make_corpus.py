@@ -154,6 +154,9 @@ def hello_seeds():
     s["ok-piece-smallest"] = hello(CONNECT, features=0x5, res=(4096, 0))
     s["ok-reject-piece-ignored"] = hello(REJECT, depth=0, max_msg=0, status=8,
                                          features=0x5)
+    # CREDITS | PIECE | CLOSE (0x8, docs/protocol.md §5), as this version sends
+    s["ok-connect-close"] = hello(CONNECT, features=0xD, res=(1 << 20, 0))
+    s["ok-accept-close"] = hello(ACCEPT, features=0xD, res=(8 << 20, 0))
     s["ok-reserved-set"] = hello(ACCEPT, res=(0xFFFFFFFF, 1))
     s["bad-empty"] = b""
     s["bad-short-7"] = hello(CONNECT)[:7]

@@ -1,6 +1,7 @@
 // Connections over rxe: the rdma_create_ep flow, the handshake, send/recv
 // with credits, refusals and deadlines.
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 
 #include "rdma_env.h"
 #include "transport/hello.h"
+#include "transport/test_hooks.h"
 
 using namespace std::chrono;
 using namespace std::chrono_literals;
@@ -128,7 +130,8 @@ TEST_F(Connect, AcceptAndThousandPingPongsVerified)
 	while (server.closed() == 0 && steady_clock::now() < until)
 		std::this_thread::sleep_for(1ms);
 	EXPECT_EQ(server.closed(), 1);
-	EXPECT_EQ(server.last_close_status(), ZCRPC_UNAVAILABLE); // the peer closed
+	// The close message told the server this was no crash (protocol §5).
+	EXPECT_EQ(server.last_close_status(), ZCRPC_OK);
 	EXPECT_EQ(cl.closed, 1);
 	zcrpc_conn_destroy(cl.conn);
 	zcrpc_worker_destroy(w);
@@ -163,6 +166,64 @@ TEST_F(Connect, SecondClientWhileFirstIsConnected)
 	while (server.closed() < 2 && steady_clock::now() < until)
 		std::this_thread::sleep_for(1ms);
 	EXPECT_EQ(server.closed(), 2);
+	zcrpc_worker_destroy(w);
+}
+
+// docs/protocol.md §5: a close (or a destroy without one) ends with a CLOSE
+// message, so the server reads OK; a client whose hello lacks the CLOSE bit
+// (built before it) still talks, and its close reads as before: UNAVAILABLE.
+// (A crash, at the server and at the client: Faults.CleanExit...)
+TEST_F(Connect, OrderlyCloseAndDestroyReadOkAtTheServerAnOlderClientAsBefore)
+{
+	EchoServer server(env_.addr0);
+	ASSERT_TRUE(server.ok());
+	zcrpc_worker *w = nullptr, *old_w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &old_w), ZCRPC_OK);
+	zcrpc__worker_test_clear_features(old_w, ZCRPC_FEAT_CLOSE);
+	auto server_closes = [&](int n) {
+		auto until = steady_clock::now() + Scaled(5000);
+		while (server.closed() < n && steady_clock::now() < until)
+			std::this_thread::sleep_for(1ms);
+		return server.closed() == n;
+	};
+	struct Case {
+		const char *what;
+		zcrpc_worker *w;
+		bool destroy; // zcrpc_conn_destroy without zcrpc_conn_close
+		zcrpc_status server_sees;
+	} cases[] = {
+		{"zcrpc_conn_close", w, false, ZCRPC_OK},
+		{"zcrpc_conn_destroy", w, true, ZCRPC_OK},
+		{"older client, zcrpc_conn_close", old_w, false, ZCRPC_UNAVAILABLE},
+		{"older client, zcrpc_conn_destroy", old_w, true, ZCRPC_UNAVAILABLE},
+	};
+	int n = 0;
+	for (auto &k : cases) {
+		SCOPED_TRACE(k.what);
+		Client cl;
+		ASSERT_EQ(StartConnect(k.w, cl, env_.addr0, server.port()), ZCRPC_OK);
+		ASSERT_TRUE(ProgressUntil(k.w, [&] { return cl.established || cl.closed; },
+					  Scaled(10000)));
+		ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+		for (unsigned i = 0; i < 20; i++)
+			ASSERT_TRUE(RoundTrip(k.w, cl, 1 + 100 * i, i));
+		if (k.destroy) {
+			zcrpc_conn_destroy(cl.conn);
+		} else {
+			zcrpc_conn_close(cl.conn);
+			ASSERT_TRUE(ProgressUntil(k.w, [&] { return cl.closed > 0; }, Scaled(5000)));
+			EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_error(cl.conn);
+			EXPECT_STREQ(zcrpc_conn_error(cl.conn), "closed");
+			zcrpc_conn_destroy(cl.conn);
+		}
+		ASSERT_TRUE(server_closes(++n));
+		std::printf("[close] %s: the server saw %s\n", k.what,
+			    zcrpc_status_str(server.last_close_status()));
+		EXPECT_EQ(server.last_close_status(), k.server_sees);
+	}
+	EXPECT_EQ(server.accepted(), 4);
+	zcrpc_worker_destroy(old_w);
 	zcrpc_worker_destroy(w);
 }
 

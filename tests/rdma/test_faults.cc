@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,8 @@
 
 #include "fault_util.h"
 #include "rdma_env.h"
+#include "transport/hello.h"
+#include "transport/test_hooks.h"
 
 // The internal test hook (src/transport/internal.h; that header is C only).
 extern "C" zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c);
@@ -396,6 +399,194 @@ TEST_F(Faults, RefusedConnectLeavesEveryRdmaResourceAtItsBaseline)
 	EXPECT_TRUE(SameResources(base, end))
 		<< "before: " << ResourcesStr(base) << " after: " << ResourcesStr(end) << "\n"
 		<< ResourceDetail();
+}
+
+namespace {
+// The server's view of its connections: on_connect / on_disconnect with
+// the status and zcrpc_conn_error(), recorded on the server's thread.
+struct Ends {
+	std::mutex mu;
+	std::vector<zcrpc_conn *> live;
+	std::vector<std::pair<zcrpc_status, std::string>> ended;
+
+	static void OnConnect(zcrpc_server *, zcrpc_conn *c, void *a)
+	{
+		auto *e = static_cast<Ends *>(a);
+		std::lock_guard<std::mutex> g(e->mu);
+		e->live.push_back(c);
+	}
+	static void OnDisconnect(zcrpc_server *, zcrpc_conn *c, zcrpc_status why, void *a)
+	{
+		auto *e = static_cast<Ends *>(a);
+		std::lock_guard<std::mutex> g(e->mu);
+		e->ended.emplace_back(why, zcrpc_conn_error(c));
+		for (size_t i = 0; i < e->live.size(); i++)
+			if (e->live[i] == c)
+				e->live.erase(e->live.begin() + static_cast<long>(i));
+	}
+	size_t Ended()
+	{
+		std::lock_guard<std::mutex> g(mu);
+		return ended.size();
+	}
+	// Waits until @n connections ended; the last one's status and text.
+	bool WaitEnded(size_t n, std::pair<zcrpc_status, std::string> *last)
+	{
+		auto until = steady_clock::now() + ScaledMs(10000);
+		while (Ended() < n && steady_clock::now() < until)
+			std::this_thread::sleep_for(1ms);
+		std::lock_guard<std::mutex> g(mu);
+		if (ended.size() != n)
+			return false;
+		*last = ended.back();
+		return true;
+	}
+};
+
+zcrpc_server_stats SStats(SoakServer &srv)
+{
+	zcrpc_server_stats st;
+	srv.Run([&] { zcrpc_server_get_stats(srv.s(), &st); });
+	return st;
+}
+
+bool Has(const std::string &s, const char *part)
+{
+	return s.find(part) != std::string::npos;
+}
+} // namespace
+
+// docs/protocol.md §5: a clean exit, a crash and a refusal give three
+// distinct outcomes. At the server: a client process that ran its calls and
+// destroyed its channel ends OK (conns_closed), one SIGKILLed mid-load ends
+// UNAVAILABLE "without closing" (conns_lost); an older client (the server
+// announces no CLOSE bit here, so neither side uses it) still completes
+// every call, and its clean exit reads as before. At the client: calls the
+// server cut by closing in order are CANCELLED ("closed by the server"); a
+// connect nobody answers is "refused", never "lost".
+TEST_F(Faults, CleanExitCrashAndRefusalAreThreeDistinctOutcomes)
+{
+	Ends ends;
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.on_connect = Ends::OnConnect;
+	so.on_disconnect = Ends::OnDisconnect;
+	so.arg = &ends;
+	SoakServer srv;
+	ASSERT_TRUE(srv.Start(env_.addr0, &so));
+	std::string port = std::to_string(srv.port());
+	std::pair<zcrpc_status, std::string> last;
+
+	// 1. A client process that exits cleanly.
+	{
+		Child kid;
+		ASSERT_TRUE(SpawnChild({FaultPeer(), "client", env_.addr0, port, "11", "60"}, false,
+				       &kid));
+		int st = kid.Wait(ScaledMs(60000));
+		ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the client's calls failed";
+		ASSERT_TRUE(ends.WaitEnded(1, &last));
+		std::printf("[close] clean exit: %s \"%s\"\n", zcrpc_status_str(last.first),
+			    last.second.c_str());
+		EXPECT_EQ(last.first, ZCRPC_OK) << last.second;
+		EXPECT_TRUE(Has(last.second, "orderly close")) << last.second;
+		auto st2 = SStats(srv);
+		EXPECT_EQ(st2.conns_closed, 1u);
+		EXPECT_EQ(st2.conns_lost, 0u);
+	}
+	// 2. A client process SIGKILLed under load.
+	{
+		uint64_t calls0 = SStats(srv).calls;
+		Child kid;
+		ASSERT_TRUE(SpawnChild({FaultPeer(), "client", env_.addr0, port, "12", "100000000"},
+				       false, &kid));
+		auto until = steady_clock::now() + ScaledMs(30000);
+		while (SStats(srv).calls < calls0 + 50 && steady_clock::now() < until)
+			std::this_thread::sleep_for(5ms);
+		ASSERT_GE(SStats(srv).calls, calls0 + 50) << "the client never got going";
+		int st = kid.Kill();
+		ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "the fault did not land";
+		ASSERT_TRUE(ends.WaitEnded(2, &last));
+		std::printf("[close] SIGKILL: %s \"%s\"\n", zcrpc_status_str(last.first),
+			    last.second.c_str());
+		EXPECT_EQ(last.first, ZCRPC_UNAVAILABLE) << last.second;
+		EXPECT_TRUE(Has(last.second, "without closing")) << last.second;
+		auto st2 = SStats(srv);
+		EXPECT_EQ(st2.conns_closed, 1u);
+		EXPECT_EQ(st2.conns_lost, 1u);
+	}
+	// 3. Without the CLOSE bit on one side: everything works, a clean exit
+	// reads as a disconnect did before the close message.
+	{
+		srv.Run([&] { zcrpc__worker_test_clear_features(srv.w(), ZCRPC_FEAT_CLOSE); });
+		Child kid;
+		ASSERT_TRUE(SpawnChild({FaultPeer(), "client", env_.addr0, port, "13", "60"}, false,
+				       &kid));
+		int st = kid.Wait(ScaledMs(60000));
+		ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "an older peer's calls failed";
+		ASSERT_TRUE(ends.WaitEnded(3, &last));
+		std::printf("[close] clean exit, no CLOSE bit: %s \"%s\"\n",
+			    zcrpc_status_str(last.first), last.second.c_str());
+		EXPECT_EQ(last.first, ZCRPC_UNAVAILABLE) << last.second;
+		EXPECT_TRUE(Has(last.second, "no close message")) << last.second;
+		srv.Run([&] { zcrpc__worker_test_clear_features(srv.w(), 0); });
+	}
+	// 4. The client's view of a server closing in order with calls held.
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	{
+		zcrpc_channel *ch = nullptr;
+		ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), port.c_str(), nullptr, &ch),
+			  ZCRPC_OK);
+		std::vector<Call> calls(4);
+		for (size_t i = 0; i < calls.size(); i++)
+			ASSERT_EQ(StartCall(ch, SOAK_HOLD, &calls[i], 900 + i, 16), ZCRPC_OK);
+		ASSERT_TRUE(ProgressUntil(w, [&] { return CStats(ch).pending == 0; }, ScaledMs(20000)));
+		ProgressUntil(w, [] { return false; }, 200ms); // the server holds them
+		srv.Run([&] {
+			std::lock_guard<std::mutex> g(ends.mu);
+			for (auto *c : ends.live)
+				zcrpc_conn_close(c);
+		});
+		ASSERT_TRUE(ProgressUntil(w, [&] {
+			for (auto &c : calls)
+				if (!c.fired)
+					return false;
+			return true;
+		}, ScaledMs(10000)));
+		for (auto &c : calls) {
+			EXPECT_EQ(c.status, ZCRPC_CANCELLED) << c.message;
+			EXPECT_TRUE(Has(c.message, "closed by the server")) << c.message;
+		}
+		std::printf("[close] server closed in order: %s \"%s\"\n",
+			    zcrpc_status_str(calls[0].status), calls[0].message.c_str());
+		zcrpc_channel_destroy(ch);
+		ASSERT_TRUE(ends.WaitEnded(4, &last));
+		EXPECT_EQ(last.first, ZCRPC_OK) << last.second; // its own close
+	}
+	// 5. Refused: a port nobody listens on.
+	{
+		uint16_t dead;
+		{
+			EchoServer probe(env_.addr0);
+			ASSERT_TRUE(probe.ok());
+			dead = probe.port();
+		}
+		zcrpc_channel *ch = nullptr;
+		ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), std::to_string(dead).c_str(),
+					       nullptr, &ch),
+			  ZCRPC_OK);
+		Call c;
+		ASSERT_EQ(StartCall(ch, SOAK_ECHO, &c, 1, 10), ZCRPC_OK);
+		ASSERT_TRUE(ProgressUntil(w, [&] { return c.fired > 0; }, ScaledMs(5000)));
+		std::printf("[close] refused: %s \"%s\"\n", zcrpc_status_str(c.status),
+			    c.message.c_str());
+		EXPECT_EQ(c.status, ZCRPC_UNAVAILABLE) << c.message;
+		EXPECT_TRUE(Has(c.message, "refused")) << c.message;
+		EXPECT_FALSE(Has(c.message, "lost")) << c.message;
+		zcrpc_channel_destroy(ch);
+	}
+	EXPECT_TRUE(DrainWorker(w, ScaledMs(5000)));
+	zcrpc_worker_destroy(w);
 }
 
 // T6: the server process is SIGKILLed with 512 calls in flight.

@@ -202,3 +202,36 @@ TEST(Hello, EncodeRefusesASmallBuffer)
 	uint8_t small[ZCRPC_HELLO_LEN - 1];
 	EXPECT_EQ(zcrpc__hello_encode(&h, small, sizeof(small)), 0u);
 }
+
+// docs/protocol.md §1 and §5: every hello announces CLOSE (bit 3, 0x8)
+// besides CREDITS and PIECE; the bits are on the wire at offset 8,
+// little-endian.
+TEST(Hello, EveryHelloAnnouncesTheCloseMessage)
+{
+	EXPECT_EQ(ZCRPC_FEAT_CLOSE, 0x8u);
+	EXPECT_NE(ZCRPC_FEAT_ALL & ZCRPC_FEAT_CLOSE, 0u);
+	EXPECT_NE(ZCRPC_FEAT_ALL & ZCRPC_FEAT_CREDITS, 0u);
+	EXPECT_EQ(ZCRPC_FEAT_ALL & ZCRPC_FEAT_AUTH, 0u) << "AUTH is set per connection";
+	for (uint8_t kind : {ZCRPC_HELLO_CONNECT, ZCRPC_HELLO_ACCEPT}) {
+		auto buf = Encode(Sample(kind));
+		EXPECT_EQ(buf[8], ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE);
+		EXPECT_EQ(buf[9] | buf[10] | buf[11], 0);
+		zcrpc_hello out{};
+		ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+		EXPECT_EQ(out.features & ZCRPC_FEAT_CLOSE, ZCRPC_FEAT_CLOSE);
+	}
+}
+
+// An older peer's hello (CREDITS only) and a newer one's (bits we do not
+// know) both decode; the connection uses the intersection with our bits.
+TEST(Hello, OlderAndNewerFeatureSetsDecode)
+{
+	for (uint32_t f : {uint32_t{ZCRPC_FEAT_CREDITS}, uint32_t{0xffffffffu}}) {
+		zcrpc_hello h = Sample(), out{};
+		h.features = f;
+		auto buf = Encode(h, 56);
+		ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
+		EXPECT_EQ(out.features, f);
+		EXPECT_EQ((out.features & ZCRPC_FEAT_ALL) == ZCRPC_FEAT_ALL, f != ZCRPC_FEAT_CREDITS);
+	}
+}
