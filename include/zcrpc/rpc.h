@@ -10,10 +10,10 @@
  * FAILED_PRECONDITION.
  *
  * Every call completes exactly once: OK, the server's error status with
- * its message, DEADLINE_EXCEEDED, CANCELLED (also: the server closed the
- * connection in order with the call in flight, "closed by the server"),
- * UNAVAILABLE (connection lost, "could not connect" when it never came up:
- * refused, unreachable; server going away), RESOURCE_EXHAUSTED (local queue full),
+ * its message, DEADLINE_EXCEEDED, CANCELLED,
+ * UNAVAILABLE (connection lost; "closed by the server" when the server
+ * closed it in order with the call in flight; "could not connect" when it
+ * never came up: refused, unreachable; server going away), RESOURCE_EXHAUSTED (local queue full),
  * UNAUTHENTICATED (the server refused the channel's pre-shared key, or
  * the key is missing on one side).
  */
@@ -309,7 +309,7 @@ ZCRPC_API uint16_t zcrpc_server_port(const zcrpc_server *s);
  * zcrpc_server_shutdown - graceful: stop listening, tell every client
  * (GOAWAY) so new calls go elsewhere, let calls in flight finish for up to
  * @grace_ms while driving the worker's progress, then close the
- * connections in order (calls still running are CANCELLED at the
+ * connections in order (calls still running fail UNAVAILABLE at the
  * clients: "closed by the server"). Returns OK when everything drained, DEADLINE_EXCEEDED when the
  * grace period cut calls short. Not from inside a callback.
  */

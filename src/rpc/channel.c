@@ -444,8 +444,6 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 		complete(ch, c, st, why);
 	}
 	if (current) {
-		if (st == ZCRPC_CANCELLED)
-			st = ZCRPC_UNAVAILABLE; /* never sent: not cut */
 		while (ch->q_head)
 			complete(ch, ch->q_head, st, why);
 		ch->conn = NULL;
@@ -482,7 +480,9 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 		return;
 	}
 	/* CLOSED: never up (refused, unreachable), closed by the server in
-	 * order (the calls it cut are CANCELLED), or lost. */
+	 * order, or lost. Calls cut either way fail UNAVAILABLE, as gRPC's
+	 * do when a server goes away: retrying elsewhere may succeed; the
+	 * message tells the two apart. */
 	never_up = conn == ch->conn && !ch->conn_up;
 	by_server = st == ZCRPC_OK && conn->peer_closed;
 	snprintf(why, sizeof(why), "%s %s:%s%s: %s",
@@ -502,10 +502,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 							      : ZCRPC_UNAVAILABLE;
 		snprintf(ch->down_why, sizeof(ch->down_why), "%s", why);
 	}
-	conn_gone(ch, conn,
-		  st == ZCRPC_UNAUTHENTICATED ? st
-		  : by_server		      ? ZCRPC_CANCELLED
-					      : ZCRPC_UNAVAILABLE,
+	conn_gone(ch, conn, st == ZCRPC_UNAUTHENTICATED ? st : ZCRPC_UNAVAILABLE,
 		  why);
 }
 
