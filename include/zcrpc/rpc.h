@@ -220,10 +220,12 @@ ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
 
 /* ---- server ------------------------------------------------------------- */
 
-/** A request as the handler sees it. The struct itself is valid only
- * during the handler call (copy it to reply later); what it points to
- * (@data, @attachment, @md) stays valid until the call is replied to and
- * lies in registered memory the library owns. */
+/** A request as the handler sees it, like gRPC's ServerContext: the
+ * struct and what it points to (@data, @attachment, @md) belong to the
+ * call and stay valid, unchanged, until the call is replied to (from the
+ * handler, later, or from another thread: until the reply is made), so a
+ * handler replying later may keep the pointer. The data lies in
+ * registered memory the library owns. */
 typedef struct zcrpc_request {
 	uint32_t method_id;
 	const void *data;

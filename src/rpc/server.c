@@ -38,6 +38,7 @@ struct zcrpc_server_call {
 	size_t n_md;
 	struct zcrpc__bulkbuf *req_bulk;
 	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
+	zcrpc_request view;	/* what the handler sees, valid until the reply */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
@@ -213,7 +214,7 @@ static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 
 static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 {
-	zcrpc_request r;
+	zcrpc_request *r = &c->view; /* lives with the call, not this frame */
 
 	if (c->deadline_ns && zcrpc__now_ns() >= c->deadline_ns) {
 		/* Its caller has given up: never run it. */
@@ -225,28 +226,28 @@ static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 		call_free(s, c);
 		return;
 	}
-	memset(&r, 0, sizeof(r));
-	r.method_id = c->f.method_id;
+	memset(r, 0, sizeof(*r));
+	r->method_id = c->f.method_id;
 	if (c->f.flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) {
-		r.data = c->req_bulk->ptr;
-		r.len = (size_t)c->f.bulk_len;
+		r->data = c->req_bulk->ptr;
+		r->len = (size_t)c->f.bulk_len;
 	} else {
-		r.data = c->f.payload;
-		r.len = c->f.payload_len;
+		r->data = c->f.payload;
+		r->len = c->f.payload_len;
 		if (c->req_bulk) {
-			r.attachment = c->req_bulk->ptr;
-			r.attachment_len = (size_t)c->f.bulk_len;
-			r.attachment_mr.mr = c->req_bulk->mr;
-			r.attachment_mr.offset = 0;
-			r.attachment_mr.len = (size_t)c->f.bulk_len;
+			r->attachment = c->req_bulk->ptr;
+			r->attachment_len = (size_t)c->f.bulk_len;
+			r->attachment_mr.mr = c->req_bulk->mr;
+			r->attachment_mr.offset = 0;
+			r->attachment_mr.len = (size_t)c->f.bulk_len;
 		}
 	}
-	r.md = c->md;
-	r.n_md = c->n_md;
-	r.timeout_us = c->f.deadline_us ? (int64_t)c->f.deadline_us : -1;
+	r->md = c->md;
+	r->n_md = c->n_md;
+	r->timeout_us = c->f.deadline_us ? (int64_t)c->f.deadline_us : -1;
 	c->state = SS_RUNNING;
 	s->st.running++;
-	c->m->fn(c, &r, c->m->arg);
+	c->m->fn(c, r, c->m->arg);
 }
 
 static void dispatch(zcrpc_server *s, zcrpc_server_call *c)
