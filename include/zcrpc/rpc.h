@@ -321,7 +321,9 @@ typedef struct zcrpc_reply_opts {
  * zcrpc_call_reply - answer @call with @status, @message (errors; may be
  * NULL) and @len bytes of payload (copied into registered memory; above
  * the bulk threshold it travels by RDMA WRITE). Worker thread only. The
- * handle is released whatever the result. Returns OK, or UNAVAILABLE when
+ * handle is released whatever the result. An error's @message travels up
+ * to 512 bytes (docs/protocol.md §7); a longer one is cut at the start of
+ * the UTF-8 character the limit falls in. Returns OK, or UNAVAILABLE when
  * the client is gone (nothing sent), CANCELLED when the client cancelled,
  * DEADLINE_EXCEEDED when the call's deadline passed (nothing sent).
  */

@@ -167,14 +167,13 @@ static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 {
 	struct zcrpc_frame f;
 	struct zcrpc__out out;
-	size_t n = msg ? strlen(msg) : 0;
+	size_t n;
 
 	memset(&f, 0, sizeof(f));
 	f.type = type;
 	f.call_id = call_id;
 	f.status = (uint32_t)status;
-	if (n > 512)
-		n = 512;
+	n = zcrpc__status_msg_len(msg);
 	if (zcrpc__out_build(sc->s->w, &f, NULL, 0, n, NULL, NULL, msg, &out) ==
 	    ZCRPC_OK)
 		sc_send(sc, &out);
@@ -711,10 +710,8 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	if (status != ZCRPC_OK) {
 		/* Errors carry their message as the payload. */
 		data = message ? message : "";
-		len = strlen(data);
+		len = zcrpc__status_msg_len(data);
 		fill = NULL;
-		if (len > 512)
-			len = 512;
 		ro.attachment = NULL; /* metadata is still allowed */
 	}
 	mdl = zcrpc__md_bytes(ro.md, ro.n_md);

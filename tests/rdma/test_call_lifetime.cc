@@ -635,3 +635,66 @@ TEST_F(CallLifetime, PbClosureCalledTwiceIsIgnoredAndCounted)
 	       static_cast<unsigned long long>(st.replies), 2 * n);
 }
 
+namespace {
+
+// Valid UTF-8 (well-formed sequences only; no overlong or surrogate checks
+// needed for the strings below).
+bool Utf8Ok(const std::string &s)
+{
+	size_t i = 0;
+	while (i < s.size()) {
+		unsigned char b = static_cast<unsigned char>(s[i]);
+		size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+		if (!n || i + n > s.size())
+			return false;
+		for (size_t k = 1; k < n; k++)
+			if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80)
+				return false;
+		i += n;
+	}
+	return true;
+}
+
+} // namespace
+
+// Item 10, end to end: an error message longer than 512 bytes arrives cut
+// at a character boundary, whatever the width of the character at the cut.
+TEST_F(CallLifetime, LongStatusMessageArrivesCutAtACharacterBoundary)
+{
+	LifeServer server;
+	server.on_hold = [&](zcrpc_server_call *c, const zcrpc_request *r) {
+		std::string m(static_cast<const char *>(r->data), r->len);
+		zcrpc_call_reply(c, ZCRPC_NOT_FOUND, m.c_str(), nullptr, 0, nullptr);
+	};
+	ASSERT_TRUE(server.Start(env_.addr0));
+	Client cl(env_.addr0, server.port());
+	// A character of 1-4 bytes straddling (or ending at) byte 512.
+	struct Case {
+		std::string msg;
+		size_t want;
+	};
+	std::vector<Case> cases = {
+		{std::string(511, 'a') + "\xc3\xa9" + "tail", 511},	    // é over 511-512
+		{std::string(510, 'a') + "\xe2\x82\xac" + "tail", 510},	    // € over 510-512
+		{std::string(509, 'a') + "\xf0\x9f\x98\x80" + "tail", 509}, // 😀 over 509-512
+		{std::string(511, 'a') + "\xf0\x9f\x98\x80", 511},	    // 😀 from 511
+		{std::string(508, 'a') + "\xf0\x9f\x98\x80" + "tail", 512}, // ends at 512
+		{std::string(600, 'b'), 512},
+		{std::string(510, 'a') + "\xc3\xa9", 512}, // exactly 512: whole
+	};
+	std::vector<Result> res(cases.size());
+	for (size_t i = 0; i < cases.size(); i++)
+		ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), cases[i].msg.data(),
+					   cases[i].msg.size(), nullptr, Collect, &res[i], nullptr),
+			  ZCRPC_OK);
+	ASSERT_TRUE(cl.Wait([&] { return AllDone(res); }));
+	for (size_t i = 0; i < cases.size(); i++) {
+		EXPECT_EQ(res[i].status, ZCRPC_NOT_FOUND);
+		EXPECT_EQ(res[i].message.size(), cases[i].want) << i;
+		EXPECT_TRUE(Utf8Ok(res[i].message)) << i;
+		EXPECT_EQ(res[i].message, cases[i].msg.substr(0, res[i].message.size())) << i;
+		printf("case %zu: %zu bytes sent, %zu arrived, valid UTF-8 %d\n", i,
+		       cases[i].msg.size(), res[i].message.size(), Utf8Ok(res[i].message) ? 1 : 0);
+	}
+}
+
