@@ -321,11 +321,16 @@ typedef struct zcrpc_reply_opts {
  * zcrpc_call_reply - answer @call with @status, @message (errors; may be
  * NULL) and @len bytes of payload (copied into registered memory; above
  * the bulk threshold it travels by RDMA WRITE). Worker thread only. The
- * handle is released whatever the result. An error's @message travels up
- * to 512 bytes (docs/protocol.md §7); a longer one is cut at the start of
- * the UTF-8 character the limit falls in. Returns OK, or UNAVAILABLE when
- * the client is gone (nothing sent), CANCELLED when the client cancelled,
- * DEADLINE_EXCEEDED when the call's deadline passed (nothing sent).
+ * handle is released whatever the result. A @status that is not a gRPC
+ * code is sent as UNKNOWN (as gRPC does; counted in @invalid_status). An
+ * error's @message travels up to 512 bytes (docs/protocol.md §7); a
+ * longer one is cut at the start of the UTF-8 character the limit falls
+ * in. Returns OK, or UNAVAILABLE when the
+ * client is gone (nothing sent), CANCELLED when the client cancelled,
+ * DEADLINE_EXCEEDED when the call's deadline passed (nothing sent),
+ * INVALID_ARGUMENT for bad arguments (NULL @data with a length, a short
+ * @o, bad metadata or attachment: the client gets INTERNAL). A handle
+ * already replied to is refused with INVALID_ARGUMENT.
  */
 ZCRPC_API zcrpc_status zcrpc_call_reply(zcrpc_server_call *call,
 					zcrpc_status status,
@@ -362,6 +367,7 @@ typedef struct zcrpc_server_stats {
 	uint64_t protocol_errors; /**< connections closed for malformed frames */
 	uint64_t copied_bytes;
 	uint32_t connections, running, queued;
+	uint64_t invalid_status; /**< replies whose status was no gRPC code, sent as UNKNOWN */
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

@@ -642,12 +642,21 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 			  zcrpc_fill_fn fill, void *fill_ctx,
 			  const zcrpc_reply_opts *o);
 
+/* A reply asked with bad arguments still ends the call (rpc.h: the handle
+ * is released whatever the result): the client gets INTERNAL. */
+static zcrpc_status reply_invalid(zcrpc_server_call *c)
+{
+	reply(c, ZCRPC_INTERNAL, "the server could not build its reply", NULL, 0,
+	      NULL, NULL, NULL);
+	return ZCRPC_INVALID_ARGUMENT;
+}
+
 zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 			      const char *message, const void *data, size_t len,
 			      const zcrpc_reply_opts *o)
 {
 	if (len && !data)
-		return ZCRPC_INVALID_ARGUMENT;
+		return reply_invalid(c);
 	return reply(c, status, message, data, len, NULL, NULL, o);
 }
 
@@ -656,7 +665,7 @@ zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *c, size_t len,
 				   const zcrpc_reply_opts *o)
 {
 	if (len && !fill)
-		return ZCRPC_INVALID_ARGUMENT;
+		return reply_invalid(c);
 	return reply(c, ZCRPC_OK, NULL, NULL, len, fill, fill_ctx, o);
 }
 
@@ -673,18 +682,23 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	size_t mdl, inline_cap;
 	zcrpc_status st;
 
-	if (!c || c->state != SS_RUNNING ||
-	    (unsigned)status >= ZCRPC_STATUS_COUNT)
+	if (!c || c->state != SS_RUNNING)
 		return ZCRPC_INVALID_ARGUMENT;
+	if (o && o->size < sizeof(*o))
+		return reply_invalid(c);
 	s = c->s;
 	sc = c->sc;
+	if ((unsigned)status >= ZCRPC_STATUS_COUNT) {
+		/* Not a gRPC code: sent as UNKNOWN, as gRPC does. */
+		s->st.invalid_status++;
+		status = ZCRPC_UNKNOWN;
+		if (!message || !*message)
+			message = "the handler replied with an invalid status code";
+	}
 	memset(&ro, 0, sizeof(ro));
 	ro.size = sizeof(ro);
-	if (o) {
-		if (o->size < sizeof(*o))
-			return ZCRPC_INVALID_ARGUMENT;
+	if (o)
 		ro = *o;
-	}
 	s->st.running--;
 	c->on_done = ro.on_done;
 	c->done_ctx = ro.ctx;

@@ -635,6 +635,81 @@ TEST_F(CallLifetime, PbClosureCalledTwiceIsIgnoredAndCounted)
 	       static_cast<unsigned long long>(st.replies), 2 * n);
 }
 
+// Item 4: a reply with a status outside gRPC's codes goes out as UNKNOWN;
+// a reply with bad arguments is answered INTERNAL; either way the call is
+// freed and the client gets an answer, not its deadline.
+TEST_F(CallLifetime, InvalidStatusBecomesUnknownAndBadRepliesStillFreeTheCall)
+{
+	LifeServer server;
+	std::vector<zcrpc_status> returned;
+	server.on_hold = [&](zcrpc_server_call *c, const zcrpc_request *r) {
+		std::string what(static_cast<const char *>(r->data), r->len);
+		zcrpc_reply_opts o{};
+		zcrpc_status st;
+		if (what == "status17") {
+			st = zcrpc_call_reply(c, static_cast<zcrpc_status>(17), "seventeen", nullptr, 0,
+					      nullptr);
+		} else if (what == "status-1") {
+			st = zcrpc_call_reply(c, static_cast<zcrpc_status>(-1), nullptr, nullptr, 0,
+					      nullptr);
+		} else if (what == "shortopts") {
+			o.size = 1;
+			st = zcrpc_call_reply(c, ZCRPC_OK, nullptr, "x", 1, &o);
+		} else if (what == "nulldata") {
+			st = zcrpc_call_reply(c, ZCRPC_OK, nullptr, nullptr, 5, nullptr);
+		} else if (what == "nullfill") {
+			st = zcrpc_call_reply_fill(c, 5, nullptr, nullptr, nullptr);
+		} else {
+			st = zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+		}
+		returned.push_back(st);
+	};
+	ASSERT_TRUE(server.Start(env_.addr0));
+	Client cl(env_.addr0, server.port());
+	const std::vector<std::string> what = {"status17", "status-1", "shortopts", "nulldata",
+					       "nullfill"};
+	std::vector<Result> res(what.size());
+	zcrpc_call_opts o;
+	zcrpc_call_opts_init(&o);
+	o.timeout_us = static_cast<int64_t>(5e6 * TimeScale()); // so the old code fails, not hangs
+	auto t0 = steady_clock::now();
+	for (size_t i = 0; i < what.size(); i++)
+		ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), what[i].data(),
+					   what[i].size(), &o, Collect, &res[i], nullptr),
+			  ZCRPC_OK);
+	ASSERT_TRUE(cl.Wait([&] { return AllDone(res); }));
+	auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+	const zcrpc_status want[] = {ZCRPC_UNKNOWN, ZCRPC_UNKNOWN, ZCRPC_INTERNAL, ZCRPC_INTERNAL,
+				     ZCRPC_INTERNAL};
+	for (size_t i = 0; i < what.size(); i++) {
+		EXPECT_EQ(res[i].calls, 1);
+		EXPECT_EQ(res[i].status, want[i]) << what[i] << ": " << res[i].message;
+		printf("%s: client got %s \"%s\"\n", what[i].c_str(), zcrpc_status_str(res[i].status),
+		       res[i].message.c_str());
+	}
+	EXPECT_EQ(res[0].message, "seventeen");
+	// The connection and the server are fine.
+	Result ok;
+	ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), "fine", 4, nullptr, Collect, &ok,
+				   nullptr),
+		  ZCRPC_OK);
+	ASSERT_TRUE(cl.Wait([&] { return ok.calls > 0; }));
+	EXPECT_EQ(ok.status, ZCRPC_OK);
+	zcrpc_server_stats st = server.Stats();
+	EXPECT_EQ(st.running, 0u);
+	EXPECT_EQ(st.invalid_status, 2u);
+	printf("server: running %u, replies %llu, invalid_status %llu; client waited %lld ms\n",
+	       st.running, static_cast<unsigned long long>(st.replies),
+	       static_cast<unsigned long long>(st.invalid_status), static_cast<long long>(took));
+	server.Stop();
+	ASSERT_EQ(returned.size(), what.size() + 1);
+	EXPECT_EQ(returned[0], ZCRPC_OK);
+	EXPECT_EQ(returned[1], ZCRPC_OK);
+	EXPECT_EQ(returned[2], ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(returned[3], ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(returned[4], ZCRPC_INVALID_ARGUMENT);
+}
+
 namespace {
 
 // Valid UTF-8 (well-formed sequences only; no overlong or surrogate checks
