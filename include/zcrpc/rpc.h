@@ -298,13 +298,24 @@ ZCRPC_API uint16_t zcrpc_server_port(const zcrpc_server *s);
  * (GOAWAY) so new calls go elsewhere, let calls in flight finish for up to
  * @grace_ms while driving the worker's progress, then close the
  * connections (calls still running are answered UNAVAILABLE to the
- * clients). Returns OK when everything drained, DEADLINE_EXCEEDED when the
- * grace period cut calls short. Not from inside a callback.
+ * clients). Replies made from other threads (zcrpc_call_reply_any_thread)
+ * are waited for too: the progress it drives runs them. Returns OK when
+ * every call was replied to (no handle is left), DEADLINE_EXCEEDED when
+ * the grace period cut calls short: those calls are then cancelled
+ * (zcrpc_server_call_cancelled() says so, from any thread) and still
+ * need their reply (it frees them) before zcrpc_server_destroy(). Not
+ * from inside a callback.
  */
 ZCRPC_API zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms);
 
 /** Closes everything at once and frees the server; calls not replied to
- * are released (their handles become invalid). NULL is a no-op. */
+ * are released (their handles become invalid). An application replying
+ * from other threads must make sure no thread uses a handle of @s any
+ * more: reply to every call first — zcrpc_server_shutdown() returning OK
+ * means that was done; after DEADLINE_EXCEEDED, have the helpers reply
+ * (their calls read as cancelled) and drive the worker's progress until
+ * zcrpc_server_get_stats() shows @running 0 — or join those threads.
+ * NULL is a no-op. */
 ZCRPC_API void zcrpc_server_destroy(zcrpc_server *s);
 
 /** Reply settings. */
@@ -350,7 +361,11 @@ ZCRPC_API zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *call,
 /**
  * zcrpc_call_reply_any_thread - the same from any thread: the message and
  * payload are copied now and the reply is made on the worker's thread
- * (through its handoff queue). Returns OK once queued. No attachments.
+ * (through its handoff queue). Returns OK once queued; the handle is then
+ * released (do not use it again, not even for
+ * zcrpc_server_call_cancelled()). On an error (INVALID_ARGUMENT,
+ * RESOURCE_EXHAUSTED) nothing is queued and the handle is still the
+ * caller's. No attachments.
  */
 ZCRPC_API zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *call,
 						   zcrpc_status status,
@@ -358,7 +373,9 @@ ZCRPC_API zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *call,
 						   const void *data,
 						   size_t len);
 
-/** Non-zero once the client cancelled @call (or went away). */
+/** Non-zero once the client cancelled @call (or went away, or a shutdown's
+ * grace ran out). Any thread, until the call is replied to: a handler that
+ * replies from a helper thread may poll it there. */
 ZCRPC_API int zcrpc_server_call_cancelled(const zcrpc_server_call *call);
 
 /** Server counters. */

@@ -24,7 +24,7 @@ struct sconn;
 struct zcrpc_server_call {
 	uint32_t gen;
 	uint8_t state;
-	uint8_t cancelled;
+	atomic_uchar cancelled; /* read from any thread: zcrpc_server_call_cancelled() */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once the connection is gone */
 	zcrpc_server_call *next, *prev; /* sc->calls */
@@ -858,7 +858,9 @@ zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *c,
 
 int zcrpc_server_call_cancelled(const zcrpc_server_call *c)
 {
-	return c ? c->cancelled || !c->sc : 1;
+	/* Any thread: the worker sets the flag on CANCEL and when the
+	 * connection closes (where it also clears c->sc). */
+	return c ? atomic_load((atomic_uchar *)&c->cancelled) : 1;
 }
 
 /* ---- server lifecycle ----------------------------------------------------- */

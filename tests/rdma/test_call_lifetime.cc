@@ -773,3 +773,120 @@ TEST_F(CallLifetime, LongStatusMessageArrivesCutAtACharacterBoundary)
 	}
 }
 
+// Item 17: a handler hands its call to a helper thread, which watches
+// zcrpc_server_call_cancelled() and replies with
+// zcrpc_call_reply_any_thread(); zcrpc_server_shutdown() waits within its
+// grace for replies made from helper threads; when the grace is too short,
+// the helpers see their calls cancelled, reply, and the application waits
+// for `running` to reach 0 before zcrpc_server_destroy (rpc.h).
+TEST_F(CallLifetime, OffThreadRepliesSeeCancellationAndShutdownWaitsForThem)
+{
+	std::mutex mu;
+	std::vector<std::thread> helpers;
+	std::atomic<int> saw_cancel{0}, replied{0};
+	auto server = std::make_unique<LifeServer>();
+	server->on_hold = [&](zcrpc_server_call *c, const zcrpc_request *r) {
+		std::string what(static_cast<const char *>(r->data), r->len);
+		std::lock_guard<std::mutex> g(mu);
+		helpers.emplace_back([c, what, &saw_cancel, &replied] {
+			if (what == "slow") {
+				std::this_thread::sleep_for(Scaled(200));
+			} else { // "watch": reply once the call is cancelled
+				auto end = steady_clock::now() + Scaled(30000);
+				while (!zcrpc_server_call_cancelled(c) && steady_clock::now() < end)
+					std::this_thread::sleep_for(1ms);
+				if (zcrpc_server_call_cancelled(c))
+					saw_cancel++;
+			}
+			EXPECT_EQ(zcrpc_call_reply_any_thread(c, ZCRPC_OK, nullptr, what.data(),
+							      what.size()),
+				  ZCRPC_OK);
+			replied++;
+		});
+	};
+	ASSERT_TRUE(server->Start(env_.addr0));
+	auto join = [&] {
+		std::lock_guard<std::mutex> g(mu);
+		for (auto &t : helpers)
+			t.join();
+		helpers.clear();
+	};
+	{
+		// 1. The client cancels: the helper thread sees it.
+		Client cl(env_.addr0, server->port());
+		std::vector<Result> res(4);
+		std::vector<zcrpc_call_id> ids(4);
+		for (size_t i = 0; i < res.size(); i++)
+			ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), "watch", 5, nullptr,
+						   Collect, &res[i], &ids[i]),
+				  ZCRPC_OK);
+		ASSERT_TRUE(cl.Wait([&] { return server->hold_runs.load() == 4; }));
+		for (auto id : ids)
+			ASSERT_EQ(zcrpc_call_cancel(cl.ch, id), ZCRPC_OK);
+		ASSERT_TRUE(cl.Wait([&] { return AllDone(res) && replied.load() == 4; }));
+		for (auto &r : res)
+			EXPECT_EQ(r.status, ZCRPC_CANCELLED);
+		EXPECT_EQ(saw_cancel.load(), 4);
+		ASSERT_TRUE(cl.Wait([&] { return server->Stats().running == 0; }));
+		join();
+
+		// 2. Shutdown with a grace long enough: it waits for the
+		// helpers' replies, and every client gets its reply.
+		std::vector<Result> slow(20);
+		for (auto &r : slow)
+			ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), "slow", 4, nullptr,
+						   Collect, &r, nullptr),
+				  ZCRPC_OK);
+		ASSERT_TRUE(cl.Wait([&] { return server->hold_runs.load() == 24; }));
+		server->shutdown_grace_ms = static_cast<int>(10000 * TimeScale());
+		ASSERT_TRUE(cl.Wait([&] { return AllDone(slow) && server->shutdown_done.load(); }));
+		EXPECT_EQ(server->shutdown_status.load(), ZCRPC_OK);
+		for (auto &r : slow) {
+			EXPECT_EQ(r.status, ZCRPC_OK) << r.message;
+			EXPECT_EQ(r.data, "slow");
+		}
+		EXPECT_EQ(server->Stats().running, 0u);
+		join();
+	}
+	// 3. A grace too short: the helpers see their calls cancelled when
+	// the connections close, reply, and once `running` is 0 the server
+	// can be destroyed (ASan checks nothing touches freed calls).
+	server = std::make_unique<LifeServer>();
+	server->on_hold = [&](zcrpc_server_call *c, const zcrpc_request *) {
+		std::lock_guard<std::mutex> g(mu);
+		helpers.emplace_back([c, &saw_cancel, &replied] {
+			auto end = steady_clock::now() + Scaled(30000);
+			while (!zcrpc_server_call_cancelled(c) && steady_clock::now() < end)
+				std::this_thread::sleep_for(1ms);
+			if (zcrpc_server_call_cancelled(c))
+				saw_cancel++;
+			zcrpc_call_reply_any_thread(c, ZCRPC_OK, nullptr, "late", 4);
+			replied++;
+		});
+	};
+	ASSERT_TRUE(server->Start(env_.addr0));
+	saw_cancel = 0;
+	replied = 0;
+	{
+		Client cl(env_.addr0, server->port());
+		std::vector<Result> res(8);
+		for (auto &r : res)
+			ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), "x", 1, nullptr,
+						   Collect, &r, nullptr),
+				  ZCRPC_OK);
+		ASSERT_TRUE(cl.Wait([&] { return server->hold_runs.load() == 8; }));
+		server->shutdown_grace_ms = 50;
+		ASSERT_TRUE(cl.Wait([&] { return AllDone(res) && server->shutdown_done.load(); }));
+		EXPECT_EQ(server->shutdown_status.load(), ZCRPC_DEADLINE_EXCEEDED);
+		for (auto &r : res)
+			EXPECT_EQ(r.status, ZCRPC_UNAVAILABLE) << r.message;
+	}
+	// What rpc.h asks before zcrpc_server_destroy: every call replied to.
+	auto end = steady_clock::now() + Scaled(30000);
+	while ((replied.load() < 8 || server->Stats().running) && steady_clock::now() < end)
+		std::this_thread::sleep_for(1ms); // the server's thread drives progress
+	EXPECT_EQ(server->Stats().running, 0u);
+	EXPECT_EQ(saw_cancel.load(), 8);
+	join();
+	server.reset();
+}
