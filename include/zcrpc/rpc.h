@@ -384,7 +384,8 @@ typedef struct zcrpc_server_stats {
 	uint64_t protocol_errors; /**< connections closed for malformed frames */
 	uint64_t copied_bytes;
 	uint32_t connections, running, queued;
-	uint64_t invalid_status; /**< replies whose status was no gRPC code, sent as UNKNOWN */
+	/** Replies whose status was no gRPC code, sent as UNKNOWN. */
+	uint64_t invalid_status;
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

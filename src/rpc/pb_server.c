@@ -76,7 +76,7 @@ _Static_assert(sizeof(uintptr_t) >= sizeof(uint64_t),
 	       "closure_data handles need 64-bit pointers");
 
 struct pb_slot {
-	uint32_t gen;	     /* of the handle now (or last) handed out */
+	uint32_t gen; /* of the handle now (or last) handed out */
 	uint32_t next_free;
 	struct pb_scall *sc; /* NULL while free */
 };
@@ -99,9 +99,10 @@ static void *handle_new(struct pb_scall *sc)
 	} else {
 		if (tab_len == tab_cap) {
 			uint32_t cap = tab_cap ? tab_cap * 2 : 256;
-			struct pb_slot *t = tab_cap < (1U << 30) ?
-						    realloc(tab, cap * sizeof(*t)) : NULL;
+			struct pb_slot *t = NULL;
 
+			if (tab_cap < (1U << 30))
+				t = realloc(tab, cap * sizeof(*t));
 			if (!t)
 				goto out_unlock;
 			tab = t;
@@ -238,8 +239,8 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 		return;
 	}
 	if (!(h = handle_new(sc))) {
-		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory",
-				 NULL, 0, NULL);
+		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED,
+				 "out of memory", NULL, 0, NULL);
 		scall_free(sc);
 		return;
 	}

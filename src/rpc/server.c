@@ -24,7 +24,7 @@ struct sconn;
 struct zcrpc_server_call {
 	uint32_t gen;
 	uint8_t state;
-	atomic_uchar cancelled; /* read from any thread: zcrpc_server_call_cancelled() */
+	atomic_uchar cancelled; /* any thread reads it (call_cancelled) */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once the connection is gone */
 	zcrpc_server_call *next, *prev; /* sc->calls */
@@ -38,7 +38,7 @@ struct zcrpc_server_call {
 	size_t n_md;
 	struct zcrpc__bulkbuf *req_bulk;
 	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
-	zcrpc_request view;	/* what the handler sees, valid until the reply */
+	zcrpc_request view; /* what the handler sees, valid until the reply */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
@@ -646,8 +646,8 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
  * is released whatever the result): the client gets INTERNAL. */
 static zcrpc_status reply_invalid(zcrpc_server_call *c)
 {
-	reply(c, ZCRPC_INTERNAL, "the server could not build its reply", NULL, 0,
-	      NULL, NULL, NULL);
+	reply(c, ZCRPC_INTERNAL, "the server could not build its reply", NULL,
+	      0, NULL, NULL, NULL);
 	return ZCRPC_INVALID_ARGUMENT;
 }
 
@@ -693,7 +693,7 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		s->st.invalid_status++;
 		status = ZCRPC_UNKNOWN;
 		if (!message || !*message)
-			message = "the handler replied with an invalid status code";
+			message = "invalid status code from the handler";
 	}
 	memset(&ro, 0, sizeof(ro));
 	ro.size = sizeof(ro);
