@@ -336,12 +336,12 @@ typedef struct zcrpc_reply_opts {
  * code is sent as UNKNOWN (as gRPC does; counted in @invalid_status). An
  * error's @message travels up to 512 bytes (docs/protocol.md §7); a
  * longer one is cut at the start of the UTF-8 character the limit falls
- * in. Returns OK, or UNAVAILABLE when the
- * client is gone (nothing sent), CANCELLED when the client cancelled,
- * DEADLINE_EXCEEDED when the call's deadline passed (nothing sent),
- * INVALID_ARGUMENT for bad arguments (NULL @data with a length, a short
- * @o, bad metadata or attachment: the client gets INTERNAL). A handle
- * already replied to is refused with INVALID_ARGUMENT.
+ * in. Returns OK, or UNAVAILABLE when the client is gone (nothing sent),
+ * CANCELLED when the client cancelled, DEADLINE_EXCEEDED when the call's
+ * deadline passed (nothing sent), INVALID_ARGUMENT for bad arguments
+ * (NULL @data with a length, a short @o, bad metadata or attachment: the
+ * client gets INTERNAL). A handle already replied to is refused with
+ * INVALID_ARGUMENT.
  */
 ZCRPC_API zcrpc_status zcrpc_call_reply(zcrpc_server_call *call,
 					zcrpc_status status,
