@@ -34,7 +34,9 @@ milliseconds Scaled(int ms)
 const char *kHold = "/zcrpc.test.Life/Hold";
 
 // A server on its own worker and thread; handlers and on_tick run there.
-// A shutdown requested with RequestShutdown() runs on that thread too.
+// A shutdown requested through shutdown_grace_ms runs on that thread too.
+// Stats() may be called from any thread: the server's thread publishes a
+// copy after each progress call (the server itself is the worker's only).
 class LifeServer {
 public:
 	std::function<void(zcrpc_server_call *, const zcrpc_request *)> on_hold;
@@ -57,11 +59,13 @@ public:
 		thread_ = std::thread([this] {
 			while (!stop_.load()) {
 				zcrpc_worker_progress(w, 0);
+				Publish();
 				if (on_tick)
 					on_tick();
 				int g = shutdown_grace_ms.exchange(-1);
 				if (g >= 0) {
 					shutdown_status = zcrpc_server_shutdown(s, g);
+					Publish();
 					shutdown_done = true;
 				}
 			}
@@ -83,12 +87,23 @@ public:
 	}
 	zcrpc_server_stats Stats()
 	{
-		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
-		return st;
+		if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) {
+			zcrpc_server_stats st;
+			zcrpc_server_get_stats(s, &st);
+			return st;
+		}
+		std::lock_guard<std::mutex> g(stats_mu_);
+		return stats_;
 	}
 
 private:
+	void Publish()
+	{
+		std::lock_guard<std::mutex> g(stats_mu_);
+		zcrpc_server_get_stats(s, &stats_);
+	}
+	std::mutex stats_mu_;
+	zcrpc_server_stats stats_{};
 	static void Hold(zcrpc_server_call *c, const zcrpc_request *r, void *a)
 	{
 		auto *self = static_cast<LifeServer *>(a);
@@ -314,7 +329,8 @@ TEST_F(CallLifetime, RequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheRepl
 	std::multimap<int64_t, std::shared_ptr<Held>> held; // by due time; worker thread only
 	std::mt19937 rng(11);
 	std::mutex mu;
-	int mismatches = 0, wrong_at_handler = 0;
+	int mismatches = 0;
+	std::atomic<int> wrong_at_handler{0};
 	std::string first;
 	auto check = [&](const Held &h) {
 		std::string d = Differs(h.r, h.snap);
@@ -381,7 +397,7 @@ TEST_F(CallLifetime, RequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheRepl
 			ok++;
 	}
 	EXPECT_EQ(ok, kCalls);
-	EXPECT_EQ(wrong_at_handler, 0);
+	EXPECT_EQ(wrong_at_handler.load(), 0);
 	std::lock_guard<std::mutex> g(mu);
 	EXPECT_EQ(mismatches, 0) << mismatches << " of " << kCalls
 				 << " request views were not their own at reply time; first: " << first;
@@ -500,7 +516,8 @@ TEST_F(CallLifetime, PbRequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheCl
 {
 	PbRig rig;
 	std::mutex mu;
-	int mismatches = 0, view_after_closure = 0;
+	int mismatches = 0;
+	std::atomic<int> view_after_closure{0};
 	std::string first;
 	std::deque<CallSpec> specs; // never moved
 	for (int i = 0; i < kCalls; i++)
@@ -564,7 +581,7 @@ TEST_F(CallLifetime, PbRequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheCl
 			ok++;
 	}
 	EXPECT_EQ(ok, kCalls);
-	EXPECT_EQ(view_after_closure, 0); // pb.h: NULL once the closure ran
+	EXPECT_EQ(view_after_closure.load(), 0); // pb.h: NULL once the closure ran
 	protobuf_c_service_destroy(svc);
 	std::lock_guard<std::mutex> g(mu);
 	EXPECT_EQ(mismatches, 0) << mismatches << " of " << kCalls
