@@ -133,7 +133,10 @@ ZCRPC_API zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
  * handler, or later from any thread (on another thread than the worker's
  * the reply goes through zcrpc_call_reply_any_thread()). The request
  * message stays valid until then, and is freed after it; the reply is
- * packed and copied, so the handler keeps ownership of it.
+ * packed and copied, so the handler keeps ownership of it. closure_data is
+ * an opaque handle, not a pointer: a closure called again (or with a
+ * closure_data that names no call in progress) is ignored and counted
+ * (zcrpc_pb_server_closures_ignored()), from any thread.
  * closure(NULL, closure_data) answers with the status set by
  * zcrpc_pb_set_status(), INTERNAL by default. A closure never called
  * leaks the call, as a zcrpc handler that never replies does.
@@ -170,13 +173,20 @@ ZCRPC_API zcrpc_status zcrpc_pb_set_reply_attachment(
 /**
  * zcrpc_pb_server_request - inside a handler of a registered service: the
  * zcrpc request behind @closure_data (metadata, deadline, attachment),
- * valid until the closure runs.
+ * valid and unchanged until the closure runs, also when the closure runs
+ * later or from another thread (it belongs to the call). NULL once the
+ * closure ran.
  */
 ZCRPC_API const zcrpc_request *zcrpc_pb_server_request(const void *closure_data);
 
 /** zcrpc_pb_server_call - the zcrpc call behind @closure_data, e.g. for
  * zcrpc_server_call_cancelled(); valid until the closure runs. */
 ZCRPC_API zcrpc_server_call *zcrpc_pb_server_call(const void *closure_data);
+
+/** zcrpc_pb_server_closures_ignored - closure calls ignored so far in this
+ * process because their closure_data named no call in progress (a closure
+ * called twice). Any thread. */
+ZCRPC_API uint64_t zcrpc_pb_server_closures_ignored(void);
 
 #ifdef __cplusplus
 }

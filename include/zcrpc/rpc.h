@@ -229,10 +229,12 @@ ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
 
 /* ---- server ------------------------------------------------------------- */
 
-/** A request as the handler sees it. The struct itself is valid only
- * during the handler call (copy it to reply later); what it points to
- * (@data, @attachment, @md) stays valid until the call is replied to and
- * lies in registered memory the library owns. */
+/** A request as the handler sees it, like gRPC's ServerContext: the
+ * struct and what it points to (@data, @attachment, @md) belong to the
+ * call and stay valid, unchanged, until the call is replied to (from the
+ * handler, later, or from another thread: until the reply is made), so a
+ * handler replying later may keep the pointer. The data lies in
+ * registered memory the library owns. */
 typedef struct zcrpc_request {
 	uint32_t method_id;
 	const void *data;
@@ -310,13 +312,24 @@ ZCRPC_API uint16_t zcrpc_server_port(const zcrpc_server *s);
  * (GOAWAY) so new calls go elsewhere, let calls in flight finish for up to
  * @grace_ms while driving the worker's progress, then close the
  * connections in order (calls still running fail UNAVAILABLE at the
- * clients: "closed by the server"). Returns OK when everything drained, DEADLINE_EXCEEDED when the
- * grace period cut calls short. Not from inside a callback.
+ * clients: "closed by the server"). Replies made from other threads
+ * (zcrpc_call_reply_any_thread) are waited for too: the progress it drives
+ * runs them. Returns OK when every call was replied to (no handle is
+ * left), DEADLINE_EXCEEDED when the grace period cut calls short: those
+ * calls are then cancelled (zcrpc_server_call_cancelled() says so, from
+ * any thread) and still need their reply (it frees them) before
+ * zcrpc_server_destroy(). Not from inside a callback.
  */
 ZCRPC_API zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms);
 
 /** Closes everything at once and frees the server; calls not replied to
- * are released (their handles become invalid). NULL is a no-op. */
+ * are released (their handles become invalid). An application replying
+ * from other threads must make sure no thread uses a handle of @s any
+ * more: reply to every call first — zcrpc_server_shutdown() returning OK
+ * means that was done; after DEADLINE_EXCEEDED, have the helpers reply
+ * (their calls read as cancelled) and drive the worker's progress until
+ * zcrpc_server_get_stats() shows @running 0 — or join those threads.
+ * NULL is a no-op. */
 ZCRPC_API void zcrpc_server_destroy(zcrpc_server *s);
 
 /** Reply settings. */
@@ -333,9 +346,16 @@ typedef struct zcrpc_reply_opts {
  * zcrpc_call_reply - answer @call with @status, @message (errors; may be
  * NULL) and @len bytes of payload (copied into registered memory; above
  * the bulk threshold it travels by RDMA WRITE). Worker thread only. The
- * handle is released whatever the result. Returns OK, or UNAVAILABLE when
- * the client is gone (nothing sent), CANCELLED when the client cancelled,
- * DEADLINE_EXCEEDED when the call's deadline passed (nothing sent).
+ * handle is released whatever the result. A @status that is not a gRPC
+ * code is sent as UNKNOWN (as gRPC does; counted in @invalid_status). An
+ * error's @message travels up to 512 bytes (docs/protocol.md §7); a
+ * longer one is cut at the start of the UTF-8 character the limit falls
+ * in. Returns OK, or UNAVAILABLE when the client is gone (nothing sent),
+ * CANCELLED when the client cancelled, DEADLINE_EXCEEDED when the call's
+ * deadline passed (nothing sent), INVALID_ARGUMENT for bad arguments
+ * (NULL @data with a length, a short @o, bad metadata or attachment: the
+ * client gets INTERNAL). A handle already replied to is refused with
+ * INVALID_ARGUMENT.
  */
 ZCRPC_API zcrpc_status zcrpc_call_reply(zcrpc_server_call *call,
 					zcrpc_status status,
@@ -355,7 +375,11 @@ ZCRPC_API zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *call,
 /**
  * zcrpc_call_reply_any_thread - the same from any thread: the message and
  * payload are copied now and the reply is made on the worker's thread
- * (through its handoff queue). Returns OK once queued. No attachments.
+ * (through its handoff queue). Returns OK once queued; the handle is then
+ * released (do not use it again, not even for
+ * zcrpc_server_call_cancelled()). On an error (INVALID_ARGUMENT,
+ * RESOURCE_EXHAUSTED) nothing is queued and the handle is still the
+ * caller's. No attachments.
  */
 ZCRPC_API zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *call,
 						   zcrpc_status status,
@@ -363,7 +387,9 @@ ZCRPC_API zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *call,
 						   const void *data,
 						   size_t len);
 
-/** Non-zero once the client cancelled @call (or went away). */
+/** Non-zero once the client cancelled @call (or went away, or a shutdown's
+ * grace ran out). Any thread, until the call is replied to: a handler that
+ * replies from a helper thread may poll it there. */
 ZCRPC_API int zcrpc_server_call_cancelled(const zcrpc_server_call *call);
 
 /** Server counters. */
@@ -385,6 +411,8 @@ typedef struct zcrpc_server_stats {
 	 * zcrpc_conn_error() the reason. A client built before the close
 	 * message (docs/protocol.md §5) lands here even when it closed. */
 	uint64_t conns_lost;
+	/** Replies whose status was no gRPC code, sent as UNKNOWN. */
+	uint64_t invalid_status;
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

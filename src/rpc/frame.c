@@ -201,3 +201,23 @@ uint32_t zcrpc__fnv1a(const char *s)
 	}
 	return h;
 }
+
+size_t zcrpc__status_msg_len(const char *msg)
+{
+	size_t n, k;
+
+	if (!msg)
+		return 0;
+	for (n = 0; n <= ZCRPC_STATUS_MSG_MAX && msg[n]; n++)
+		;
+	if (n <= ZCRPC_STATUS_MSG_MAX)
+		return n;
+	/* msg[MAX] is the first byte left out: a continuation byte there
+	 * means the character it belongs to started before the limit. */
+	n = ZCRPC_STATUS_MSG_MAX;
+	for (k = 0; k < 3 && ((uint8_t)msg[n - k] & 0xc0) == 0x80; k++)
+		;
+	if (((uint8_t)msg[n - k] & 0xc0) == 0x80)
+		return n; /* not UTF-8: no character start within reach */
+	return n - k;
+}

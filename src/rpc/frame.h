@@ -124,6 +124,15 @@ void zcrpc__md_encode(const struct zcrpc_md_view *pairs, size_t n,
 /* 32-bit FNV-1a of @s (a method's "/package.Service/Method"). */
 uint32_t zcrpc__fnv1a(const char *s);
 
+/* Largest status message an error REPLY carries (docs/protocol.md §7). */
+#define ZCRPC_STATUS_MSG_MAX 512
+
+/* Bytes of @msg (NUL-terminated, may be NULL) an error REPLY carries: all
+ * of it up to ZCRPC_STATUS_MSG_MAX, else cut there, moved back to the
+ * start of the UTF-8 character the limit falls in (at most 3 bytes back;
+ * invalid UTF-8 is cut at the limit). */
+size_t zcrpc__status_msg_len(const char *msg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* protobuf-c glue, server side: serves any ProtobufCService (for instance
  * one built with protoc-c's FOO__INIT(prefix_)) on a zcrpc server. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,17 +11,14 @@
 
 #include "pb_dispatch.h"
 
-#define PB_SCALL_MAGIC 0x7a637073u /* "zcps" */
-
 /* How protobuf-c's own invoke sees the handler slots after the base. */
 typedef void (*pb_handler)(void *service, const ProtobufCMessage *input,
 			   ProtobufCClosure closure, void *closure_data);
 
-/* One call in a handler's hands: the closure_data. */
+/* One call in a handler's hands; its closure_data is a handle to it. */
 struct pb_scall {
-	uint32_t magic;
 	zcrpc_server_call *call;
-	const zcrpc_request *req;
+	const zcrpc_request *req; /* the server's view: valid until the reply */
 	const ProtobufCServiceDescriptor *d;
 	unsigned mi;
 	ProtobufCMessage *in;
@@ -63,9 +61,84 @@ static void scall_free(struct pb_scall *sc)
 {
 	if (sc->in)
 		protobuf_c_message_free_unpacked(sc->in, &sc->pa.a);
-	sc->magic = 0;
 	free(sc->msg);
 	free(sc);
+}
+
+/* ---- closure_data handles ---------------------------------------------------
+ * closure_data is not a pointer but (generation << 32 | index) into one
+ * process-wide table, so a closure called a second time (or with any
+ * closure_data the glue never handed out) is looked up, found to name no
+ * call, ignored and counted: nothing is read from a freed pb_scall, and a
+ * stale handle never reaches the call that reuses its slot. Any thread. */
+
+_Static_assert(sizeof(uintptr_t) >= sizeof(uint64_t),
+	       "closure_data handles need 64-bit pointers");
+
+struct pb_slot {
+	uint32_t gen; /* of the handle now (or last) handed out */
+	uint32_t next_free;
+	struct pb_scall *sc; /* NULL while free */
+};
+
+static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pb_slot *tab;
+static uint32_t tab_len, tab_cap, tab_free = UINT32_MAX;
+static atomic_ullong closures_ignored;
+
+/* A handle naming @sc, or NULL when the table cannot grow. */
+static void *handle_new(struct pb_scall *sc)
+{
+	void *h = NULL;
+	uint32_t i;
+
+	pthread_mutex_lock(&tab_mu);
+	if (tab_free != UINT32_MAX) {
+		i = tab_free;
+		tab_free = tab[i].next_free;
+	} else {
+		if (tab_len == tab_cap) {
+			uint32_t cap = tab_cap ? tab_cap * 2 : 256;
+			struct pb_slot *t = NULL;
+
+			if (tab_cap < (1U << 30))
+				t = realloc(tab, cap * sizeof(*t));
+			if (!t)
+				goto out_unlock;
+			tab = t;
+			tab_cap = cap;
+		}
+		i = tab_len++;
+		tab[i].gen = 0;
+	}
+	if (!++tab[i].gen)
+		tab[i].gen = 1; /* never 0, so no handle is NULL */
+	tab[i].sc = sc;
+	h = (void *)(uintptr_t)(((uint64_t)tab[i].gen << 32) | i);
+out_unlock:
+	pthread_mutex_unlock(&tab_mu);
+	return h;
+}
+
+/* The call @h names, or NULL. @take: the closure is running; the handle
+ * stops naming anything from now on. */
+static struct pb_scall *handle_get(const void *h, int take)
+{
+	uint64_t v = (uint64_t)(uintptr_t)h;
+	uint32_t i = (uint32_t)v, gen = (uint32_t)(v >> 32);
+	struct pb_scall *sc = NULL;
+
+	pthread_mutex_lock(&tab_mu);
+	if (gen && i < tab_len && tab[i].gen == gen && tab[i].sc) {
+		sc = tab[i].sc;
+		if (take) {
+			tab[i].sc = NULL;
+			tab[i].next_free = tab_free;
+			tab_free = i;
+		}
+	}
+	pthread_mutex_unlock(&tab_mu);
+	return sc;
 }
 
 static void pack_fill(void *dst, size_t len, void *ctx)
@@ -76,13 +149,15 @@ static void pack_fill(void *dst, size_t len, void *ctx)
 
 static void pb_closure(const ProtobufCMessage *out, void *closure_data)
 {
-	struct pb_scall *sc = closure_data;
+	struct pb_scall *sc = handle_get(closure_data, 1);
 	uint8_t small[4096];
 	uint8_t *buf = small;
 	size_t len;
 
-	if (!sc || sc->magic != PB_SCALL_MAGIC)
+	if (!sc) { /* called before, or not ours: ignored (pb.h) */
+		atomic_fetch_add(&closures_ignored, 1);
 		return;
+	}
 	if (!out) {
 		reply_now(sc, sc->st != ZCRPC_OK ? sc->st : ZCRPC_INTERNAL,
 			  sc->msg ? sc->msg : "handler failed", NULL, 0);
@@ -128,6 +203,7 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	unsigned mi;
 	int found;
 	char m[160];
+	void *h;
 
 	if ((found = zcrpc__pb_find_method(d, r->method_id)) < 0) {
 		/* the bounds check before invoke */
@@ -149,7 +225,6 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 				 NULL, 0, NULL);
 		return;
 	}
-	sc->magic = PB_SCALL_MAGIC;
 	sc->call = call;
 	sc->req = r;
 	sc->d = d;
@@ -163,7 +238,13 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 		scall_free(sc);
 		return;
 	}
-	svc->invoke(svc, mi, sc->in, pb_closure, sc);
+	if (!(h = handle_new(sc))) {
+		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED,
+				 "out of memory", NULL, 0, NULL);
+		scall_free(sc);
+		return;
+	}
+	svc->invoke(svc, mi, sc->in, pb_closure, h);
 }
 
 zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
@@ -193,11 +274,12 @@ zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
 
 static struct pb_scall *as_scall(const void *closure_data)
 {
-	const struct pb_scall *sc = closure_data;
+	return handle_get(closure_data, 0);
+}
 
-	if (!sc || sc->magic != PB_SCALL_MAGIC)
-		return NULL;
-	return (struct pb_scall *)sc;
+uint64_t zcrpc_pb_server_closures_ignored(void)
+{
+	return atomic_load(&closures_ignored);
 }
 
 void zcrpc_pb_set_status(void *closure_data, zcrpc_status status,

@@ -24,7 +24,7 @@ struct sconn;
 struct zcrpc_server_call {
 	uint32_t gen;
 	uint8_t state;
-	uint8_t cancelled;
+	atomic_uchar cancelled; /* any thread reads it (call_cancelled) */
 	uint8_t bulk_bad; /* its part's write carried the wrong byte count */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once the connection is gone */
@@ -40,6 +40,7 @@ struct zcrpc_server_call {
 	struct zcrpc__bulkbuf *req_bulk;
 	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
 	size_t write_len;	/* bulk_bad: the byte count that came */
+	zcrpc_request view; /* what the handler sees, valid until the reply */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
@@ -168,14 +169,13 @@ static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 {
 	struct zcrpc_frame f;
 	struct zcrpc__out out;
-	size_t n = msg ? strlen(msg) : 0;
+	size_t n;
 
 	memset(&f, 0, sizeof(f));
 	f.type = type;
 	f.call_id = call_id;
 	f.status = (uint32_t)status;
-	if (n > 512)
-		n = 512;
+	n = zcrpc__status_msg_len(msg);
 	if (zcrpc__out_build(sc->s->w, &f, NULL, 0, n, NULL, NULL, msg, &out) ==
 	    ZCRPC_OK)
 		sc_send(sc, &out);
@@ -215,7 +215,7 @@ static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 
 static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 {
-	zcrpc_request r;
+	zcrpc_request *r = &c->view; /* lives with the call, not this frame */
 
 	if (c->deadline_ns && zcrpc__now_ns() >= c->deadline_ns) {
 		/* Its caller has given up: never run it. */
@@ -227,28 +227,28 @@ static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 		call_free(s, c);
 		return;
 	}
-	memset(&r, 0, sizeof(r));
-	r.method_id = c->f.method_id;
+	memset(r, 0, sizeof(*r));
+	r->method_id = c->f.method_id;
 	if (c->f.flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) {
-		r.data = c->req_bulk->ptr;
-		r.len = (size_t)c->f.bulk_len;
+		r->data = c->req_bulk->ptr;
+		r->len = (size_t)c->f.bulk_len;
 	} else {
-		r.data = c->f.payload;
-		r.len = c->f.payload_len;
+		r->data = c->f.payload;
+		r->len = c->f.payload_len;
 		if (c->req_bulk) {
-			r.attachment = c->req_bulk->ptr;
-			r.attachment_len = (size_t)c->f.bulk_len;
-			r.attachment_mr.mr = c->req_bulk->mr;
-			r.attachment_mr.offset = 0;
-			r.attachment_mr.len = (size_t)c->f.bulk_len;
+			r->attachment = c->req_bulk->ptr;
+			r->attachment_len = (size_t)c->f.bulk_len;
+			r->attachment_mr.mr = c->req_bulk->mr;
+			r->attachment_mr.offset = 0;
+			r->attachment_mr.len = (size_t)c->f.bulk_len;
 		}
 	}
-	r.md = c->md;
-	r.n_md = c->n_md;
-	r.timeout_us = c->f.deadline_us ? (int64_t)c->f.deadline_us : -1;
+	r->md = c->md;
+	r->n_md = c->n_md;
+	r->timeout_us = c->f.deadline_us ? (int64_t)c->f.deadline_us : -1;
 	c->state = SS_RUNNING;
 	s->st.running++;
-	c->m->fn(c, &r, c->m->arg);
+	c->m->fn(c, r, c->m->arg);
 }
 
 static void dispatch(zcrpc_server *s, zcrpc_server_call *c)
@@ -681,12 +681,21 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 			  zcrpc_fill_fn fill, void *fill_ctx,
 			  const zcrpc_reply_opts *o);
 
+/* A reply asked with bad arguments still ends the call (rpc.h: the handle
+ * is released whatever the result): the client gets INTERNAL. */
+static zcrpc_status reply_invalid(zcrpc_server_call *c)
+{
+	reply(c, ZCRPC_INTERNAL, "the server could not build its reply", NULL,
+	      0, NULL, NULL, NULL);
+	return ZCRPC_INVALID_ARGUMENT;
+}
+
 zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 			      const char *message, const void *data, size_t len,
 			      const zcrpc_reply_opts *o)
 {
 	if (len && !data)
-		return ZCRPC_INVALID_ARGUMENT;
+		return reply_invalid(c);
 	return reply(c, status, message, data, len, NULL, NULL, o);
 }
 
@@ -695,7 +704,7 @@ zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *c, size_t len,
 				   const zcrpc_reply_opts *o)
 {
 	if (len && !fill)
-		return ZCRPC_INVALID_ARGUMENT;
+		return reply_invalid(c);
 	return reply(c, ZCRPC_OK, NULL, NULL, len, fill, fill_ctx, o);
 }
 
@@ -712,18 +721,23 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	size_t mdl, inline_cap;
 	zcrpc_status st;
 
-	if (!c || c->state != SS_RUNNING ||
-	    (unsigned)status >= ZCRPC_STATUS_COUNT)
+	if (!c || c->state != SS_RUNNING)
 		return ZCRPC_INVALID_ARGUMENT;
+	if (o && o->size < sizeof(*o))
+		return reply_invalid(c);
 	s = c->s;
 	sc = c->sc;
+	if ((unsigned)status >= ZCRPC_STATUS_COUNT) {
+		/* Not a gRPC code: sent as UNKNOWN, as gRPC does. */
+		s->st.invalid_status++;
+		status = ZCRPC_UNKNOWN;
+		if (!message || !*message)
+			message = "invalid status code from the handler";
+	}
 	memset(&ro, 0, sizeof(ro));
 	ro.size = sizeof(ro);
-	if (o) {
-		if (o->size < sizeof(*o))
-			return ZCRPC_INVALID_ARGUMENT;
+	if (o)
 		ro = *o;
-	}
 	s->st.running--;
 	c->on_done = ro.on_done;
 	c->done_ctx = ro.ctx;
@@ -749,10 +763,8 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	if (status != ZCRPC_OK) {
 		/* Errors carry their message as the payload. */
 		data = message ? message : "";
-		len = strlen(data);
+		len = zcrpc__status_msg_len(data);
 		fill = NULL;
-		if (len > 512)
-			len = 512;
 		ro.attachment = NULL; /* metadata is still allowed */
 	}
 	mdl = zcrpc__md_bytes(ro.md, ro.n_md);
@@ -885,7 +897,9 @@ zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *c,
 
 int zcrpc_server_call_cancelled(const zcrpc_server_call *c)
 {
-	return c ? c->cancelled || !c->sc : 1;
+	/* Any thread: the worker sets the flag on CANCEL and when the
+	 * connection closes (where it also clears c->sc). */
+	return c ? atomic_load((atomic_uchar *)&c->cancelled) : 1;
 }
 
 /* ---- server lifecycle ----------------------------------------------------- */
