@@ -358,6 +358,10 @@ typedef struct zcrpc_server_stats {
 	uint64_t protocol_errors; /**< connections closed for malformed frames */
 	uint64_t copied_bytes;
 	uint32_t connections, running, queued;
+	/** Frames (error replies, grants, GOAWAY) that found the worker's
+	 * pool empty: each waited for a slot and went out then (a grant is
+	 * dropped only when its call ended meanwhile). */
+	uint64_t frames_deferred;
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How soon a frame that found no pool slot is tried again. */
+#define ZCRPC_RETRY_NS (1000LL * 1000LL)
+
 enum sstate {
 	SS_FREE = 0,
 	SS_AWAIT_BULK,	/* granted a target for the request's bulk part */
@@ -45,12 +48,25 @@ struct zcrpc_server_call {
 	void *done_ctx;
 };
 
+/* A frame that could not be built for want of a pool slot: kept as its
+ * fields and built when a slot returns (the server's timer retries), never
+ * dropped. */
+struct pframe {
+	struct pframe *next;
+	struct zcrpc_frame f;
+	uint32_t grant_ref; /* BULK_GRANT: the call it is for; dropped when
+			     * that call no longer waits for its bulk part */
+	size_t len;	    /* bytes of msg */
+	char msg[];
+};
+
 struct sconn {
 	zcrpc_server *s;
 	zcrpc_conn *conn;
 	struct sconn *next, *prev;
 	zcrpc_server_call *calls;
 	struct zcrpc__qframe *q_head, *q_tail; /* frames waiting for credits */
+	struct pframe *p_head, *p_tail;	       /* frames waiting for a slot */
 	int closed;
 };
 
@@ -73,6 +89,8 @@ struct zcrpc_server {
 	uint32_t ncalls, *free_idx, nfree;
 	zcrpc_server_call *rq_head, *rq_tail; /* waiting for a handler slot */
 	struct zcrpc__bulk_cache bulk;
+	struct zcrpc__timer timer; /* retries of deferred frames */
+	uint32_t npframes;	   /* frames waiting for a slot, all conns */
 	int shutting_down;
 	zcrpc_server_stats st;
 	uint8_t psk[ZCRPC_PSK_MAX]; /* o.psk points here */
@@ -161,11 +179,99 @@ static void sc_flush(struct sconn *sc)
 	}
 }
 
+/* Builds the deferred frames in order while slots are there. A grant
+ * whose call stopped waiting for its bulk part (cancelled, closed) is
+ * dropped: nobody needs it any more. */
+static void pframes_flush(struct sconn *sc)
+{
+	zcrpc_server *s = sc->s;
+	struct pframe *p;
+
+	while ((p = sc->p_head) && !sc->closed) {
+		if (p->grant_ref) {
+			zcrpc_server_call *c = slookup(s, p->grant_ref);
+
+			if (!c || c->sc != sc || c->state != SS_AWAIT_BULK ||
+			    c->cancelled)
+				goto drop;
+		}
+		{
+			struct zcrpc__out out;
+			zcrpc_status st = zcrpc__out_build(s->w, &p->f, NULL, 0,
+							   p->len, NULL, NULL,
+							   p->msg, &out);
+
+			if (st == ZCRPC_RESOURCE_EXHAUSTED)
+				return; /* still none: the timer tries again */
+			if (st == ZCRPC_OK)
+				sc_send(sc, &out);
+		}
+drop:
+		sc->p_head = p->next;
+		if (!sc->p_head)
+			sc->p_tail = NULL;
+		s->npframes--;
+		free(p);
+	}
+}
+
+/* Keeps @f (and @n bytes of @msg) until a pool slot returns. */
+static void defer_frame(struct sconn *sc, const struct zcrpc_frame *f,
+			const char *msg, size_t n, uint32_t grant_ref)
+{
+	zcrpc_server *s = sc->s;
+	struct pframe *p = malloc(sizeof(*p) + n);
+
+	if (!p) {
+		/* Nothing left to keep the promise with: the client learns
+		 * it from the connection instead of waiting. */
+		zcrpc_conn_close(sc->conn);
+		return;
+	}
+	p->next = NULL;
+	p->f = *f;
+	p->grant_ref = grant_ref;
+	p->len = n;
+	if (n)
+		memcpy(p->msg, msg, n);
+	if (sc->p_tail)
+		sc->p_tail->next = p;
+	else
+		sc->p_head = p;
+	sc->p_tail = p;
+	s->npframes++;
+	s->st.frames_deferred++;
+	zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + ZCRPC_RETRY_NS);
+}
+
+/* Builds and sends a frame without a body other than @n bytes of @msg (an
+ * error reply, a GOAWAY, a grant); without a pool slot it waits for one.
+ * Frames keep their order. */
+static void send_frame(struct sconn *sc, struct zcrpc_frame *f,
+		       const char *msg, size_t n, uint32_t grant_ref)
+{
+	struct zcrpc__out out;
+	zcrpc_status st;
+
+	if (sc->closed)
+		return;
+	if (sc->p_head) {
+		defer_frame(sc, f, msg, n, grant_ref);
+		return;
+	}
+	st = zcrpc__out_build(sc->s->w, f, NULL, 0, n, NULL, NULL, msg, &out);
+	if (st == ZCRPC_OK)
+		sc_send(sc, &out);
+	else if (st == ZCRPC_RESOURCE_EXHAUSTED)
+		defer_frame(sc, f, msg, n, grant_ref);
+	else
+		zcrpc_conn_close(sc->conn); /* cannot happen: fixed sizes */
+}
+
 static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 			zcrpc_status status, const char *msg)
 {
 	struct zcrpc_frame f;
-	struct zcrpc__out out;
 	size_t n = msg ? strlen(msg) : 0;
 
 	memset(&f, 0, sizeof(f));
@@ -174,9 +280,7 @@ static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 	f.status = (uint32_t)status;
 	if (n > 512)
 		n = 512;
-	if (zcrpc__out_build(sc->s->w, &f, NULL, 0, n, NULL, NULL, msg, &out) ==
-	    ZCRPC_OK)
-		sc_send(sc, &out);
+	send_frame(sc, &f, msg, n, 0);
 }
 
 /* ---- calls ---------------------------------------------------------------- */
@@ -362,7 +466,6 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 	sc->calls = c;
 	if (f->flags & ZCRPC_FRAME_F_BULK) {
 		struct zcrpc_frame g;
-		struct zcrpc__out out;
 		zcrpc_remote_region r;
 
 		if (zcrpc__bulk_get(&s->bulk, (size_t)f->bulk_len, &c->req_bulk) != ZCRPC_OK ||
@@ -383,8 +486,7 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 		g.bulk_rkey = r.rkey;
 		g.bulk_token = sref(s, c);
 		c->state = SS_AWAIT_BULK;
-		if (zcrpc__out_build(s->w, &g, NULL, 0, 0, NULL, NULL, NULL, &out) == ZCRPC_OK)
-			sc_send(sc, &out);
+		send_frame(sc, &g, NULL, 0, g.bulk_token);
 		return;
 	}
 	dispatch(s, c);
@@ -547,19 +649,42 @@ static void on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 
 static void on_writable(zcrpc_conn *conn, void *arg)
 {
+	struct sconn *sc = arg;
+
 	(void)conn;
-	sc_flush(arg);
+	sc_flush(sc);
+	if (sc->p_head)
+		pframes_flush(sc);
+}
+
+/* The server's timer: frames waiting for a pool slot. */
+static void on_timer(struct zcrpc__timer *t, int64_t now)
+{
+	zcrpc_server *s = (zcrpc_server *)((char *)t - offsetof(zcrpc_server, timer));
+	struct sconn *sc;
+
+	for (sc = s->conns; sc; sc = sc->next)
+		if (sc->p_head)
+			pframes_flush(sc);
+	if (s->npframes)
+		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
 }
 
 static void sconn_free(struct sconn *sc)
 {
 	zcrpc_server *s = sc->s;
 	struct zcrpc__qframe *q;
+	struct pframe *p;
 
 	while ((q = sc->q_head)) {
 		sc->q_head = q->next;
 		zcrpc_msg_free(s->w, &q->out.msg);
 		free(q);
+	}
+	while ((p = sc->p_head)) {
+		sc->p_head = p->next;
+		s->npframes--;
+		free(p);
 	}
 	if (sc->prev)
 		sc->prev->next = sc->next;
@@ -778,9 +903,14 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	return ZCRPC_OK;
 
 err_reply:
-	/* The client still gets an answer. */
-	send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref, ZCRPC_INTERNAL,
-		    "the server could not build its reply");
+	/* The client still gets an answer (once a pool slot is there). */
+	if (st == ZCRPC_RESOURCE_EXHAUSTED)
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "no memory at the server for the reply");
+	else
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref, ZCRPC_INTERNAL,
+			    "the server could not build its reply");
 	call_free(s, c);
 	run_queue(s);
 	return st;
@@ -902,6 +1032,7 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 	}
 	s->nfree = s->ncalls;
 	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), (size_t)2 << 30);
+	s->timer.fn = on_timer;
 	*out = s;
 	return ZCRPC_OK;
 }
@@ -1010,6 +1141,7 @@ void zcrpc_server_destroy(zcrpc_server *s)
 
 	if (!s)
 		return;
+	zcrpc__timer_stop(s->w, &s->timer);
 	zcrpc_listener_destroy(s->l);
 	while (s->conns) {
 		struct sconn *sc = s->conns;
