@@ -10,6 +10,9 @@
 
 /* How soon a frame that found no pool slot is tried again. */
 #define ZCRPC_RETRY_NS (1000LL * 1000LL)
+/* A request part's write gets bulk_write_timeout_ms plus this per MiB
+ * (a floor of 1 MiB/s: rxe in an emulated guest moves 3-35 MiB/s). */
+#define ZCRPC_NS_PER_MIB (1000LL * 1000000LL)
 
 enum sstate {
 	SS_FREE = 0,
@@ -20,6 +23,9 @@ enum sstate {
 	SS_RUNNING,	/* the handler has it; waiting for the reply */
 	SS_REPLY_GRANT, /* reply sent with a bulk part; waiting for the grant */
 	SS_REPLY_WRITE, /* writing the reply's bulk part */
+	SS_AWAIT_BUF,	/* its request buffer is being registered off-thread */
+	SS_REPLY_BUF,	/* its reply is built; its bulk buffer is being
+			 * registered off-thread (the bytes wait on the heap) */
 };
 
 struct sconn;
@@ -41,9 +47,17 @@ struct zcrpc_server_call {
 	size_t n_md;
 	struct zcrpc__bulkbuf *req_bulk;
 	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
+	size_t budget;		/* bytes charged to sc->bulk_held */
+	int64_t bulk_deadline_ns; /* AWAIT_BULK: the write's time limit (it
+				   * moves later while the connection's
+				   * earlier parts land, see bulk_due);
+				   * REPLY_GRANT: the client's grant's */
+	int64_t granted_ns;	  /* AWAIT_BULK: when the grant was made */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
+	void *reply_heap;	     /* REPLY_BUF: the bytes, until the buffer */
+	struct zcrpc__out reply_out; /* REPLY_BUF: the reply frame, unsent */
 	void (*on_done)(void *ctx, zcrpc_status st);
 	void *done_ctx;
 };
@@ -67,6 +81,10 @@ struct sconn {
 	zcrpc_server_call *calls;
 	struct zcrpc__qframe *q_head, *q_tail; /* frames waiting for credits */
 	struct pframe *p_head, *p_tail;	       /* frames waiting for a slot */
+	size_t bulk_held; /* bulk memory granted (or being registered) for
+			   * request parts not yet written */
+	int64_t landed_ns, landed_granted_ns; /* the last part that landed:
+					       * when, and when granted */
 	int closed;
 };
 
@@ -89,8 +107,12 @@ struct zcrpc_server {
 	uint32_t ncalls, *free_idx, nfree;
 	zcrpc_server_call *rq_head, *rq_tail; /* waiting for a handler slot */
 	struct zcrpc__bulk_cache bulk;
-	struct zcrpc__timer timer; /* retries of deferred frames */
+	struct zcrpc__timer timer; /* deferred frames, buffers registered
+				    * off-thread, bulk time limits */
 	uint32_t npframes;	   /* frames waiting for a slot, all conns */
+	size_t conn_max;	   /* bulk budget per connection */
+	int64_t write_timeout_ns;
+	int64_t next_bulk_check_ns; /* earliest bulk time limit, 0 = none */
 	int shutting_down;
 	zcrpc_server_stats st;
 	uint8_t psk[ZCRPC_PSK_MAX]; /* o.psk points here */
@@ -285,8 +307,25 @@ static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 
 /* ---- calls ---------------------------------------------------------------- */
 
+/* The bytes @c held of its connection's bulk budget go back. */
+static void budget_release(zcrpc_server_call *c)
+{
+	if (c->budget && c->sc)
+		c->sc->bulk_held -= c->budget;
+	c->budget = 0;
+}
+
+static void watch_bulk_deadline(zcrpc_server *s, int64_t dl)
+{
+	if (!s->next_bulk_check_ns || dl < s->next_bulk_check_ns) {
+		s->next_bulk_check_ns = dl;
+		zcrpc__timer_start(s->w, &s->timer, dl);
+	}
+}
+
 static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 {
+	budget_release(c);
 	if (c->sc) {
 		if (c->prev)
 			c->prev->next = c->next;
@@ -297,6 +336,9 @@ static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 	}
 	if (c->req.data)
 		zcrpc_msg_free(s->w, &c->req);
+	if (c->reply_out.msg.data)
+		zcrpc_msg_free(s->w, &c->reply_out.msg);
+	free(c->reply_heap);
 	zcrpc__bulk_put(&s->bulk, c->req_bulk);
 	zcrpc__bulk_put(&s->bulk, c->reply_buf);
 	if (c->on_done) {
@@ -418,6 +460,128 @@ static void protocol_error(struct sconn *sc, const char *why)
 	zcrpc_conn_close(sc->conn);
 }
 
+/* Every buffer a request's bulk part is granted passes here, whether it
+ * comes from the cache's free list or fresh from its thread: bind the
+ * window over it, send the grant, start the write's time limit. */
+static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
+			  struct zcrpc__bulkbuf *b)
+{
+	struct sconn *sc = c->sc;
+	struct zcrpc_frame g;
+	zcrpc_remote_region r;
+
+	c->req_bulk = b;
+	if (zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
+			   &c->req_grant) != ZCRPC_OK) {
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "no memory at the server for the request's bulk part");
+		c->state = SS_RUNNING;
+		call_free(s, c);
+		return;
+	}
+	memset(&g, 0, sizeof(g));
+	g.type = ZCRPC_FRAME_BULK_GRANT;
+	g.call_id = c->client_ref;
+	g.bulk_addr = r.addr;
+	g.bulk_len = r.len;
+	g.bulk_rkey = r.rkey;
+	g.bulk_token = sref(s, c);
+	c->state = SS_AWAIT_BULK;
+	c->granted_ns = zcrpc__now_ns();
+	c->bulk_deadline_ns = c->granted_ns + s->write_timeout_ns +
+			      (int64_t)(c->f.bulk_len >> 20) * ZCRPC_NS_PER_MIB;
+	watch_bulk_deadline(s, c->bulk_deadline_ns);
+	send_frame(sc, &g, NULL, 0, g.bulk_token);
+}
+
+/* A request announced a bulk part: charge the connection's budget and take
+ * a buffer without registering on this thread; answer RESOURCE_EXHAUSTED
+ * when the budget or the cache's cap does not allow it. */
+static void request_bulk(zcrpc_server *s, struct sconn *sc,
+			 zcrpc_server_call *c)
+{
+	size_t len = (size_t)c->f.bulk_len, cap = zcrpc__bulk_cap_of(len);
+	struct zcrpc__bulkbuf *b = NULL;
+	zcrpc_status st = ZCRPC_RESOURCE_EXHAUSTED;
+	const char *why = "no memory at the server for the request's bulk part";
+
+	if (cap > s->conn_max || sc->bulk_held > s->conn_max - cap)
+		why = "the connection's bulk budget is used up "
+		      "(parts granted and not yet written)";
+	else
+		st = zcrpc__bulk_get_async(&s->bulk, len, sref(s, c), &b);
+	if (st == ZCRPC_OK || st == ZCRPC_UNAVAILABLE) {
+		c->budget = cap;
+		sc->bulk_held += cap;
+	}
+	if (st == ZCRPC_OK) {
+		grant_request(s, c, b);
+		return;
+	}
+	if (st == ZCRPC_UNAVAILABLE) { /* on_buffer continues */
+		c->state = SS_AWAIT_BUF;
+		s->st.bulk_waits++;
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		return;
+	}
+	s->st.bulk_refused++;
+	send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+		    ZCRPC_RESOURCE_EXHAUSTED, why);
+	c->state = SS_RUNNING;
+	call_free(s, c);
+}
+
+/* The reply waiting for its bulk buffer (REPLY_BUF) gets it: its bytes
+ * move over and the reply frame goes out. */
+static void reply_buffer_ready(zcrpc_server *s, zcrpc_server_call *c,
+			       struct zcrpc__bulkbuf *b)
+{
+	if (!b) {
+		send_simple(c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "registering memory for the reply's bulk part failed");
+		call_free(s, c);
+		return;
+	}
+	c->reply_buf = b;
+	memcpy(b->ptr, c->reply_heap, c->reply_src.len);
+	s->st.copied_bytes += c->reply_src.len;
+	free(c->reply_heap);
+	c->reply_heap = NULL;
+	sc_send(c->sc, &c->reply_out);
+	memset(&c->reply_out, 0, sizeof(c->reply_out));
+	c->state = SS_REPLY_GRANT;
+	c->bulk_deadline_ns = zcrpc__now_ns() + s->write_timeout_ns;
+	watch_bulk_deadline(s, c->bulk_deadline_ns);
+}
+
+/* A buffer registered on the cache's thread for the call @ref. */
+static void on_buffer(void *arg, uint32_t ref, struct zcrpc__bulkbuf *b)
+{
+	zcrpc_server *s = arg;
+	zcrpc_server_call *c = slookup(s, ref);
+
+	if (c && c->state == SS_REPLY_BUF && c->sc) {
+		reply_buffer_ready(s, c, b);
+		return;
+	}
+	if (!c || c->state != SS_AWAIT_BUF || !c->sc) {
+		zcrpc__bulk_put(&s->bulk, b); /* it ended meanwhile: cached */
+		return;
+	}
+	if (!b) {
+		s->st.bulk_refused++;
+		send_simple(c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "registering memory for the request's bulk part failed");
+		c->state = SS_RUNNING;
+		call_free(s, c);
+		return;
+	}
+	grant_request(s, c, b);
+}
+
 static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 {
 	zcrpc_server *s = sc->s;
@@ -465,28 +629,7 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 		sc->calls->prev = c;
 	sc->calls = c;
 	if (f->flags & ZCRPC_FRAME_F_BULK) {
-		struct zcrpc_frame g;
-		zcrpc_remote_region r;
-
-		if (zcrpc__bulk_get(&s->bulk, (size_t)f->bulk_len, &c->req_bulk) != ZCRPC_OK ||
-		    zcrpc_mr_grant(c->req_bulk->mr, sc->conn, 0, (size_t)f->bulk_len, &r,
-				   &c->req_grant) != ZCRPC_OK) {
-			send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
-				    ZCRPC_RESOURCE_EXHAUSTED,
-				    "no memory at the server for the request's bulk part");
-			c->state = SS_RUNNING;
-			call_free(s, c);
-			return;
-		}
-		memset(&g, 0, sizeof(g));
-		g.type = ZCRPC_FRAME_BULK_GRANT;
-		g.call_id = f->call_id;
-		g.bulk_addr = r.addr;
-		g.bulk_len = r.len;
-		g.bulk_rkey = r.rkey;
-		g.bulk_token = sref(s, c);
-		c->state = SS_AWAIT_BULK;
-		send_frame(sc, &g, NULL, 0, g.bulk_token);
+		request_bulk(s, sc, c);
 		return;
 	}
 	dispatch(s, c);
@@ -500,6 +643,12 @@ static void revoke_request(struct sconn *sc, zcrpc_server_call *c)
 {
 	zcrpc_grant *g = c->req_grant;
 
+	budget_release(c); /* written, or never will be */
+	if (!c->cancelled) { /* it landed: the parts granted after it may
+			      * have waited behind it at the client */
+		sc->landed_ns = zcrpc__now_ns();
+		sc->landed_granted_ns = c->granted_ns;
+	}
 	c->req_grant = NULL;
 	c->state = SS_REVOKING;
 	if (zcrpc_grant_revoke(g, (void *)(uintptr_t)sref(sc->s, c)) != ZCRPC_OK)
@@ -520,6 +669,8 @@ static void on_cancel(struct sconn *sc, const struct zcrpc_frame *f)
 	if (c->state == SS_QUEUED) {
 		rq_remove(sc->s, c);
 		call_free(sc->s, c);
+	} else if (c->state == SS_AWAIT_BUF) {
+		call_free(sc->s, c); /* no window yet; its buffer is cached */
 	} else if (c->state == SS_AWAIT_BULK) {
 		/* A client never writes after its CANCEL (RC ordering: a
 		 * write it posted earlier has landed by now): revoke, then
@@ -657,17 +808,103 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 		pframes_flush(sc);
 }
 
-/* The server's timer: frames waiting for a pool slot. */
+/* A request part not written in time: the grant is revoked (a write
+ * after that fails the client's connection) and the call answered. A reply
+ * part the client never granted: the call is freed (nobody can write into
+ * the server's memory). */
+static void bulk_expire(zcrpc_server *s, zcrpc_server_call *c)
+{
+	s->st.bulk_timeouts++;
+	if (c->state == SS_REPLY_GRANT) {
+		call_free(s, c);
+		return;
+	}
+	send_simple(c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
+		    ZCRPC_RESOURCE_EXHAUSTED,
+		    "bulk part not written within the server's time limit");
+	c->cancelled = 1; /* freed when the revoke completed */
+	revoke_request(c->sc, c);
+}
+
+/* When @c's time runs out: the limit counts from its grant, or from the
+ * last landing of a part granted before it (a client writes its parts in
+ * the order it got the grants, so those queued behind others get their
+ * time once the earlier ones landed; a part granted later that lands
+ * extends nothing). */
+static int64_t bulk_due(const zcrpc_server_call *c)
+{
+	const struct sconn *sc = c->sc;
+	int64_t start = c->granted_ns;
+
+	if (c->state != SS_AWAIT_BULK)
+		return c->bulk_deadline_ns;
+	if (sc->landed_granted_ns <= c->granted_ns && sc->landed_ns > start)
+		start = sc->landed_ns;
+	return c->bulk_deadline_ns + (start - c->granted_ns);
+}
+
+static int bulk_waiting(const zcrpc_server_call *c)
+{
+	return (c->state == SS_AWAIT_BULK && !c->cancelled) ||
+	       c->state == SS_REPLY_GRANT;
+}
+
+/* Expires the bulk parts past their time limit. Expiring may close a
+ * connection (and free its calls), so the calls are picked first and
+ * looked up again by reference. */
+static void bulk_check(zcrpc_server *s, int64_t now)
+{
+	uint32_t due[64];
+	unsigned n = 0, i;
+	struct sconn *sc;
+	int64_t next = 0;
+
+	for (sc = s->conns; sc; sc = sc->next) {
+		zcrpc_server_call *c;
+
+		for (c = sc->calls; c; c = c->next) {
+			int64_t dl;
+
+			if (!bulk_waiting(c))
+				continue;
+			dl = bulk_due(c);
+			if (now >= dl && n < 64)
+				due[n++] = sref(s, c);
+			else if (!next || dl < next)
+				next = dl;
+		}
+	}
+	if (n == 64)
+		next = now; /* more to do on the next run */
+	s->next_bulk_check_ns = 0;
+	if (next)
+		watch_bulk_deadline(s, next);
+	for (i = 0; i < n; i++) {
+		zcrpc_server_call *c = slookup(s, due[i]);
+
+		if (c && c->sc && bulk_waiting(c))
+			bulk_expire(s, c);
+	}
+}
+
+/* The server's timer: frames waiting for a pool slot, buffers registered
+ * off-thread, bulk time limits. */
 static void on_timer(struct zcrpc__timer *t, int64_t now)
 {
 	zcrpc_server *s = (zcrpc_server *)((char *)t - offsetof(zcrpc_server, timer));
 	struct sconn *sc;
 
+	if (s->bulk.growing)
+		zcrpc__bulk_collect(&s->bulk, on_buffer, s);
+	if (s->next_bulk_check_ns && now >= s->next_bulk_check_ns)
+		bulk_check(s, now);
 	for (sc = s->conns; sc; sc = sc->next)
 		if (sc->p_head)
 			pframes_flush(sc);
-	if (s->npframes)
+	if (s->npframes || s->bulk.growing)
 		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
+	if (s->next_bulk_check_ns)
+		zcrpc__timer_start(s->w, &s->timer, s->next_bulk_check_ns);
 }
 
 static void sconn_free(struct sconn *sc)
@@ -762,6 +999,36 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 
 /* ---- replies -------------------------------------------------------------- */
 
+/* The reply's bulk part, written by @fill or copied from @data: into a
+ * buffer from the cache, or, while one is registered off-thread (the
+ * worker never registers), onto the heap until on_buffer. */
+static zcrpc_status reply_take_buffer(zcrpc_server *s, zcrpc_server_call *c,
+				      const void *data, size_t len,
+				      zcrpc_fill_fn fill, void *fill_ctx)
+{
+	zcrpc_status st = zcrpc__bulk_get_async(&s->bulk, len, sref(s, c),
+						&c->reply_buf);
+	void *dst;
+
+	if (st == ZCRPC_UNAVAILABLE) {
+		c->reply_heap = malloc(len);
+		if (!c->reply_heap)
+			return ZCRPC_RESOURCE_EXHAUSTED; /* the buffer is cached */
+		dst = c->reply_heap;
+	} else if (st != ZCRPC_OK) {
+		return st;
+	} else {
+		dst = c->reply_buf->ptr;
+	}
+	if (fill) {
+		fill(dst, len, fill_ctx);
+	} else {
+		memcpy(dst, data, len);
+		s->st.copied_bytes += len;
+	}
+	return ZCRPC_OK;
+}
+
 static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 			  const char *message, const void *data, size_t len,
 			  zcrpc_fill_fn fill, void *fill_ctx,
@@ -852,15 +1119,9 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 			st = ZCRPC_INVALID_ARGUMENT;
 			goto err_reply;
 		}
-		st = zcrpc__bulk_get(&s->bulk, len, &c->reply_buf);
+		st = reply_take_buffer(s, c, data, len, fill, fill_ctx);
 		if (st != ZCRPC_OK)
 			goto err_reply;
-		if (fill) {
-			fill(c->reply_buf->ptr, len, fill_ctx);
-		} else {
-			memcpy(c->reply_buf->ptr, data, len);
-			s->st.copied_bytes += len;
-		}
 		c->reply_src.len = len;
 		f.flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK;
 		f.bulk_len = len;
@@ -884,11 +1145,21 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		goto err_reply;
 	if (status == ZCRPC_OK && !fill && len)
 		s->st.copied_bytes += len;
+	if (c->reply_heap) { /* on_buffer sends it */
+		c->reply_out = out;
+		c->state = SS_REPLY_BUF;
+		s->st.bulk_waits++;
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		run_queue(s);
+		return ZCRPC_OK;
+	}
 	sc_send(sc, &out);
 	if (f.flags & ZCRPC_FRAME_F_BULK) {
 		/* Freed when its write completes; the request's memory stays
 		 * until then, since the reply may be sent from it in place. */
 		c->state = SS_REPLY_GRANT;
+		c->bulk_deadline_ns = zcrpc__now_ns() + s->write_timeout_ns;
+		watch_bulk_deadline(s, c->bulk_deadline_ns);
 	} else {
 		s->st.replies++;
 		if (c->on_done) {
@@ -1006,7 +1277,7 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		    (!o->psk && o->psk_len) ||
 		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
 				o->psk_len > ZCRPC_PSK_MAX)) ||
-		    o->handshake_timeout_ms < 0) {
+		    o->handshake_timeout_ms < 0 || o->bulk_write_timeout_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
@@ -1031,7 +1302,14 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		s->free_idx[s->ncalls - 1 - i] = i;
 	}
 	s->nfree = s->ncalls;
-	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), (size_t)2 << 30);
+	if (!s->o.bulk_cache_max)
+		s->o.bulk_cache_max = (size_t)2 << 30;
+	s->conn_max = s->o.bulk_conn_max ? s->o.bulk_conn_max
+					 : s->o.bulk_cache_max / 4;
+	s->write_timeout_ns = (int64_t)(s->o.bulk_write_timeout_ms
+						? s->o.bulk_write_timeout_ms
+						: 10000) * 1000000LL;
+	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), s->o.bulk_cache_max);
 	s->timer.fn = on_timer;
 	*out = s;
 	return ZCRPC_OK;
@@ -1179,6 +1457,13 @@ void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
 	if (!out)
 		return;
 	memset(out, 0, sizeof(*out));
-	if (s)
+	if (s) {
+		struct zcrpc__bulk_stats b;
+
 		*out = s->st;
+		zcrpc__bulk_get_stats(&s->bulk, &b);
+		out->bulk_pinned = b.pinned;
+		out->bulk_in_use = b.in_use;
+		out->bulk_released = b.released;
+	}
 }
