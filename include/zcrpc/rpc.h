@@ -280,6 +280,12 @@ typedef struct zcrpc_server_opts {
 	 * client writing later loses its connection), or the reply is
 	 * dropped. 0 = default (10000). */
 	int bulk_write_timeout_ms;
+	/** Memory that stays free this long is given back: bulk buffers
+	 * unused for it, and regions of the worker's pool none of whose
+	 * slots was taken for it (one idle region per size class is kept as
+	 * slack). Checked every idle_release_ms / 2 from the server's timer.
+	 * 0 = default (10000). */
+	int idle_release_ms;
 } zcrpc_server_opts;
 
 ZCRPC_API void zcrpc_server_opts_init(zcrpc_server_opts *o);
@@ -387,6 +393,9 @@ typedef struct zcrpc_server_stats {
 	uint64_t bulk_in_use;	/**< of which held by calls */
 	uint64_t bulk_released; /**< bytes given back so far (to make room,
 				 *   or idle) */
+	/** Bytes of the worker's pool (send and receive slots) registered
+	 * now; it falls as idle regions are given back (idle_release_ms). */
+	uint64_t pool_pinned;
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

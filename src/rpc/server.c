@@ -113,6 +113,8 @@ struct zcrpc_server {
 	size_t conn_max;	   /* bulk budget per connection */
 	int64_t write_timeout_ns;
 	int64_t next_bulk_check_ns; /* earliest bulk time limit, 0 = none */
+	int64_t idle_ns;	    /* memory free this long is given back */
+	int64_t next_trim_ns;
 	int shutting_down;
 	zcrpc_server_stats st;
 	uint8_t psk[ZCRPC_PSK_MAX]; /* o.psk points here */
@@ -901,10 +903,18 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 	for (sc = s->conns; sc; sc = sc->next)
 		if (sc->p_head)
 			pframes_flush(sc);
+	if (now >= s->next_trim_ns) {
+		/* The bulk cache and the worker's pool follow the working
+		 * size: what stayed free for idle_ns goes back. */
+		zcrpc__bulk_trim(&s->bulk, now, s->idle_ns);
+		zcrpc__pool_trim(s->w->pool, now, s->idle_ns);
+		s->next_trim_ns = now + s->idle_ns / 2;
+	}
 	if (s->npframes || s->bulk.growing)
 		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
 	if (s->next_bulk_check_ns)
 		zcrpc__timer_start(s->w, &s->timer, s->next_bulk_check_ns);
+	zcrpc__timer_start(s->w, &s->timer, s->next_trim_ns);
 }
 
 static void sconn_free(struct sconn *sc)
@@ -1277,7 +1287,8 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		    (!o->psk && o->psk_len) ||
 		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
 				o->psk_len > ZCRPC_PSK_MAX)) ||
-		    o->handshake_timeout_ms < 0 || o->bulk_write_timeout_ms < 0) {
+		    o->handshake_timeout_ms < 0 || o->bulk_write_timeout_ms < 0 ||
+		    o->idle_release_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
@@ -1309,8 +1320,12 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 	s->write_timeout_ns = (int64_t)(s->o.bulk_write_timeout_ms
 						? s->o.bulk_write_timeout_ms
 						: 10000) * 1000000LL;
+	s->idle_ns = (int64_t)(s->o.idle_release_ms ? s->o.idle_release_ms
+						    : 10000) * 1000000LL;
 	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), s->o.bulk_cache_max);
 	s->timer.fn = on_timer;
+	s->next_trim_ns = zcrpc__now_ns() + s->idle_ns / 2;
+	zcrpc__timer_start(w, &s->timer, s->next_trim_ns);
 	*out = s;
 	return ZCRPC_OK;
 }
@@ -1465,5 +1480,6 @@ void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
 		out->bulk_pinned = b.pinned;
 		out->bulk_in_use = b.in_use;
 		out->bulk_released = b.released;
+		out->pool_pinned = zcrpc__pool_pinned(s->w->pool);
 	}
 }

@@ -526,3 +526,115 @@ TEST_F(BulkMem, OneConnectionCannotTakeAllBulkMemoryOrStallTheWorker)
 	zcrpc_worker_destroy(aw);
 	zcrpc_worker_destroy(lw);
 }
+
+// Item 7: after a peak (8 more connections, each with its window of
+// receive slots, and 16 calls of 4 MiB in flight) and an idle period, the
+// pinned size of the bulk cache and of the worker's pool falls back to
+// the working size: one idle connection, and a region of slack per pool
+// class. Before the fix it stayed at the peak.
+TEST_F(BulkMem, MemoryTakenAtAPeakIsGivenBackWhenItStaysFree)
+{
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.idle_release_ms = static_cast<int>(1000 * TimeScale());
+	TimedServer server;
+	ASSERT_TRUE(server.Start(env_.addr0, &so));
+	const std::string port = std::to_string(server.port());
+	const uint32_t echo = zcrpc_method_id(kEcho);
+	zcrpc_worker *cw = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &cw), ZCRPC_OK);
+	auto pool_cap = [&] {
+		uint32_t cap = 0;
+		server.OnWorker([&](zcrpc_worker *w) {
+			zcrpc_worker_stats ws;
+			zcrpc_worker_get_stats(w, &ws);
+			cap = ws.pool_capacity;
+		});
+		return cap;
+	};
+	auto call = [&](zcrpc_channel *ch, Result *r, const std::vector<uint8_t> &p) {
+		ASSERT_EQ(zcrpc_call_async(ch, echo, p.data(), p.size(), nullptr, Collect, r, nullptr),
+			  ZCRPC_OK);
+	};
+
+	// The working size: one connection, small calls.
+	zcrpc_channel *main_ch = nullptr;
+	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(), port.c_str(), nullptr, &main_ch),
+		  ZCRPC_OK);
+	{
+		Result r;
+		call(main_ch, &r, Pattern(1, 100));
+		ASSERT_TRUE(ProgressUntil(cw, [&] { return r.calls > 0; }, Scaled(20000)));
+		ASSERT_EQ(r.status, ZCRPC_OK) << r.message;
+	}
+	const zcrpc_server_stats base = server.Stats();
+	const uint32_t base_cap = pool_cap();
+
+	// The peak.
+	std::vector<zcrpc_channel *> extra(8);
+	for (auto &ch : extra) {
+		ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(), port.c_str(), nullptr, &ch),
+			  ZCRPC_OK);
+		Result r;
+		call(ch, &r, Pattern(2, 100));
+		ASSERT_TRUE(ProgressUntil(cw, [&] { return r.calls > 0; }, Scaled(20000)));
+		ASSERT_EQ(r.status, ZCRPC_OK) << r.message;
+	}
+	{
+		const auto big = Pattern(3, size_t{4} << 20);
+		std::vector<Result> rs(16);
+		for (size_t i = 0; i < rs.size(); i++)
+			call(extra[i % extra.size()], &rs[i], big);
+		ASSERT_TRUE(ProgressUntil(cw, [&] {
+			for (auto &r : rs)
+				if (!r.calls)
+					return false;
+			return true;
+		}, Scaled(120000)));
+		for (auto &r : rs)
+			ASSERT_EQ(r.status, ZCRPC_OK) << r.message;
+	}
+	const zcrpc_server_stats peak = server.Stats();
+	const uint32_t peak_cap = pool_cap();
+	for (auto ch : extra)
+		zcrpc_channel_destroy(ch);
+	ASSERT_TRUE(ProgressUntil(cw, [&] { return server.Stats().connections == 1; },
+				  Scaled(20000)));
+
+	// Idle: the memory goes back within a few idle periods.
+	const auto t0 = steady_clock::now();
+	auto fell = [&] {
+		zcrpc_server_stats st = server.Stats();
+		return st.bulk_pinned == 0 && st.pool_pinned <= base.pool_pinned + (size_t{3} << 19);
+	};
+	bool ok = ProgressUntil(cw, fell, Scaled(15000));
+	const double idle_s = duration<double>(steady_clock::now() - t0).count();
+	const zcrpc_server_stats after = server.Stats();
+	const uint32_t after_cap = pool_cap();
+	std::printf("pinned (bulk + pool): base %llu + %llu KiB (pool %u slots), peak %llu + %llu "
+		    "KiB (%u slots), after %.1f s idle %llu + %llu KiB (%u slots)\n",
+		    (unsigned long long)(base.bulk_pinned >> 10),
+		    (unsigned long long)(base.pool_pinned >> 10), base_cap,
+		    (unsigned long long)(peak.bulk_pinned >> 10),
+		    (unsigned long long)(peak.pool_pinned >> 10), peak_cap, idle_s,
+		    (unsigned long long)(after.bulk_pinned >> 10),
+		    (unsigned long long)(after.pool_pinned >> 10), after_cap);
+	EXPECT_TRUE(ok) << "pinned memory did not fall back after the peak";
+	EXPECT_GE(peak.bulk_pinned, size_t{16} << 20);
+	EXPECT_GT(peak.pool_pinned, base.pool_pinned + (size_t{4} << 20));
+	EXPECT_LT(after_cap, peak_cap);
+	EXPECT_GT(after.bulk_released, 0u);
+
+	// The working load still runs, and a new peak is served again.
+	{
+		Result r, b;
+		call(main_ch, &r, Pattern(4, 100));
+		call(main_ch, &b, Pattern(5, size_t{4} << 20));
+		ASSERT_TRUE(ProgressUntil(cw, [&] { return r.calls && b.calls; }, Scaled(60000)));
+		EXPECT_EQ(r.status, ZCRPC_OK) << r.message;
+		EXPECT_EQ(b.status, ZCRPC_OK) << b.message;
+		EXPECT_TRUE(b.data == Pattern(5, size_t{4} << 20));
+	}
+	zcrpc_channel_destroy(main_ch);
+	zcrpc_worker_destroy(cw);
+}
