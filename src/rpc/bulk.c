@@ -170,28 +170,39 @@ static void unlink_free(struct zcrpc__bulk_cache *c, struct zcrpc__bulkbuf **pp)
 	c->free_bytes -= b->cap;
 }
 
+/* A buffer that may still carry a memory window (its connection closed
+ * before the grant was revoked; the window goes at the teardown) is not
+ * deregistered yet: a registration with a bound window cannot be. */
+static int releasable(const struct zcrpc__bulkbuf *b, int64_t now)
+{
+	return !b->keep_until_ns || now >= b->keep_until_ns;
+}
+
 /* Makes room for @cap more bytes under the limit by giving back free
  * buffers of other classes, largest first. 0 when it fits. */
 static int make_room(struct zcrpc__bulk_cache *c, size_t cap)
 {
 	unsigned k = ZCRPC_BULK_CLASSES;
+	int64_t now = 0;
 
 	if (cap > c->limit)
 		return -1;
-	while (c->total + cap > c->limit) {
-		while (k > 0 && !c->free[k - 1])
-			k--;
-		if (!k)
-			return -1;
-		{
-			struct zcrpc__bulkbuf *b = c->free[k - 1];
+	while (c->total + cap > c->limit && k > 0) {
+		struct zcrpc__bulkbuf **pp = &c->free[k - 1], *b;
 
-			unlink_free(c, &c->free[k - 1]);
-			c->evicted++;
-			release(c, b);
+		if (!now)
+			now = zcrpc__now_ns();
+		while (*pp && !releasable(*pp, now))
+			pp = &(*pp)->next;
+		if (!(b = *pp)) {
+			k--;
+			continue;
 		}
+		unlink_free(c, pp);
+		c->evicted++;
+		release(c, b);
 	}
-	return 0;
+	return c->total + cap > c->limit ? -1 : 0;
 }
 
 /* A free buffer of class @k, or NULL. */
@@ -331,6 +342,10 @@ size_t zcrpc__bulk_trim(struct zcrpc__bulk_cache *c, int64_t now,
 		while (*pp) {
 			struct zcrpc__bulkbuf *b = *pp;
 
+			if (!releasable(b, now)) {
+				pp = &b->next;
+				continue;
+			}
 			unlink_free(c, pp);
 			given += b->cap;
 			release(c, b);

@@ -29,6 +29,8 @@ struct zcrpc__bulkbuf {
 	unsigned cls;
 	zcrpc_mr *mr; /* registered with ZCRPC_MR_REMOTE_WRITE */
 	int64_t freed_ns; /* when it went back to the free list */
+	int64_t keep_until_ns; /* not deregistered before: a window of a
+				* closed connection may still be bound */
 };
 
 struct zcrpc__bulk_job;

@@ -13,6 +13,11 @@
 /* A request part's write gets bulk_write_timeout_ms plus this per MiB
  * (a floor of 1 MiB/s: rxe in an emulated guest moves 3-35 MiB/s). */
 #define ZCRPC_NS_PER_MIB (1000LL * 1000000LL)
+/* A buffer whose window was not revoked (its connection closed first) is
+ * not deregistered for this long: the teardown deallocates the window
+ * (close wait 2 s, flush 100 ms) and a registration with a bound window
+ * cannot be deregistered. */
+#define ZCRPC_WINDOW_GRACE_NS (5000LL * 1000000LL)
 
 enum sstate {
 	SS_FREE = 0,
@@ -341,6 +346,8 @@ static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 	if (c->reply_out.msg.data)
 		zcrpc_msg_free(s->w, &c->reply_out.msg);
 	free(c->reply_heap);
+	if (c->req_grant && c->req_bulk) /* freed with its connection */
+		c->req_bulk->keep_until_ns = zcrpc__now_ns() + ZCRPC_WINDOW_GRACE_NS;
 	zcrpc__bulk_put(&s->bulk, c->req_bulk);
 	zcrpc__bulk_put(&s->bulk, c->reply_buf);
 	if (c->on_done) {
