@@ -281,6 +281,27 @@ typedef struct zcrpc_server_opts {
 	size_t psk_len;
 	uint32_t max_handshakes;  /**< see zcrpc_listen_opts; 0 = default (128) */
 	int handshake_timeout_ms; /**< see zcrpc_listen_opts; 0 = default (10000) */
+	/** Registered memory for bulk parts (requests' and replies') at most,
+	 * in bytes; 0 = default (2 GiB). Free buffers of other sizes are
+	 * given back to make room when it is reached. */
+	size_t bulk_cache_max;
+	/** Bulk memory one connection may hold for request parts granted
+	 * (or being registered) and not yet written; a request beyond it is
+	 * answered RESOURCE_EXHAUSTED. 0 = default (bulk_cache_max / 4). */
+	size_t bulk_conn_max;
+	/** Time a client has to write a granted request part (plus 1 s per
+	 * MiB of the part, counted from the grant or from the landing of the
+	 * connection's previous part), and to grant a reply part: then the
+	 * grant is revoked and the call answered RESOURCE_EXHAUSTED (a
+	 * client writing later loses its connection), or the reply is
+	 * dropped. 0 = default (10000). */
+	int bulk_write_timeout_ms;
+	/** Memory that stays free this long is given back: bulk buffers
+	 * unused for it, and regions of the worker's pool none of whose
+	 * slots was taken for it (one idle region per size class is kept as
+	 * slack). Checked every idle_release_ms / 2 from the server's timer.
+	 * 0 = default (10000). */
+	int idle_release_ms;
 } zcrpc_server_opts;
 
 ZCRPC_API void zcrpc_server_opts_init(zcrpc_server_opts *o);
@@ -413,6 +434,23 @@ typedef struct zcrpc_server_stats {
 	uint64_t conns_lost;
 	/** Replies whose status was no gRPC code, sent as UNKNOWN. */
 	uint64_t invalid_status;
+	/** Frames (error replies, grants, GOAWAY) that found the worker's
+	 * pool empty: each waited for a slot and went out then (a grant is
+	 * dropped only when its call ended meanwhile). */
+	uint64_t frames_deferred;
+	uint64_t bulk_refused;	/**< request parts refused RESOURCE_EXHAUSTED: the
+				 *   connection's budget or the cache's cap */
+	uint64_t bulk_waits;	/**< bulk parts (request or reply) that waited
+				 *   for a buffer registered off the worker's
+				 *   thread */
+	uint64_t bulk_timeouts; /**< grants ended by bulk_write_timeout_ms */
+	uint64_t bulk_pinned;	/**< bytes of bulk memory registered now */
+	uint64_t bulk_in_use;	/**< of which held by calls */
+	uint64_t bulk_released; /**< bytes given back so far (to make room,
+				 *   or idle) */
+	/** Bytes of the worker's pool (send and receive slots) registered
+	 * now; it falls as idle regions are given back (idle_release_ms). */
+	uint64_t pool_pinned;
 } zcrpc_server_stats;
 
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,

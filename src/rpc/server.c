@@ -8,6 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How soon a frame that found no pool slot is tried again. */
+#define ZCRPC_RETRY_NS (1000LL * 1000LL)
+/* A request part's write gets bulk_write_timeout_ms plus this per MiB
+ * (a floor of 1 MiB/s: rxe in an emulated guest moves 3-35 MiB/s). */
+#define ZCRPC_NS_PER_MIB (1000LL * 1000000LL)
+/* A buffer whose window was not revoked (its connection closed first) is
+ * not deregistered for this long: the teardown deallocates the window
+ * (close wait 2 s, flush 100 ms) and a registration with a bound window
+ * cannot be deregistered. */
+#define ZCRPC_WINDOW_GRACE_NS (5000LL * 1000000LL)
+
 enum sstate {
 	SS_FREE = 0,
 	SS_AWAIT_BULK,	/* granted a target for the request's bulk part */
@@ -17,6 +28,9 @@ enum sstate {
 	SS_RUNNING,	/* the handler has it; waiting for the reply */
 	SS_REPLY_GRANT, /* reply sent with a bulk part; waiting for the grant */
 	SS_REPLY_WRITE, /* writing the reply's bulk part */
+	SS_AWAIT_BUF,	/* its request buffer is being registered off-thread */
+	SS_REPLY_BUF,	/* its reply is built; its bulk buffer is being
+			 * registered off-thread (the bytes wait on the heap) */
 };
 
 struct sconn;
@@ -41,11 +55,31 @@ struct zcrpc_server_call {
 	zcrpc_grant *req_grant; /* the window over req_bulk, until revoked */
 	size_t write_len;	/* bulk_bad: the byte count that came */
 	zcrpc_request view; /* what the handler sees, valid until the reply */
+	size_t budget;		/* bytes charged to sc->bulk_held */
+	int64_t bulk_deadline_ns; /* AWAIT_BULK: the write's time limit (it
+				   * moves later while the connection's
+				   * earlier parts land, see bulk_due);
+				   * REPLY_GRANT: the client's grant's */
+	int64_t granted_ns;	  /* AWAIT_BULK: when the grant was made */
 	/* reply bulk part */
 	struct zcrpc__bulkbuf *reply_buf;
 	zcrpc_bulk reply_src;
+	void *reply_heap;	     /* REPLY_BUF: the bytes, until the buffer */
+	struct zcrpc__out reply_out; /* REPLY_BUF: the reply frame, unsent */
 	void (*on_done)(void *ctx, zcrpc_status st);
 	void *done_ctx;
+};
+
+/* A frame that could not be built for want of a pool slot: kept as its
+ * fields and built when a slot returns (the server's timer retries), never
+ * dropped. */
+struct pframe {
+	struct pframe *next;
+	struct zcrpc_frame f;
+	uint32_t grant_ref; /* BULK_GRANT: the call it is for; dropped when
+			     * that call no longer waits for its bulk part */
+	size_t len;	    /* bytes of msg */
+	char msg[];
 };
 
 struct sconn {
@@ -54,6 +88,11 @@ struct sconn {
 	struct sconn *next, *prev;
 	zcrpc_server_call *calls;
 	struct zcrpc__qframe *q_head, *q_tail; /* frames waiting for credits */
+	struct pframe *p_head, *p_tail;	       /* frames waiting for a slot */
+	size_t bulk_held; /* bulk memory granted (or being registered) for
+			   * request parts not yet written */
+	int64_t landed_ns, landed_granted_ns; /* the last part that landed:
+					       * when, and when granted */
 	int closed;
 };
 
@@ -76,6 +115,14 @@ struct zcrpc_server {
 	uint32_t ncalls, *free_idx, nfree;
 	zcrpc_server_call *rq_head, *rq_tail; /* waiting for a handler slot */
 	struct zcrpc__bulk_cache bulk;
+	struct zcrpc__timer timer; /* deferred frames, buffers registered
+				    * off-thread, bulk time limits */
+	uint32_t npframes;	   /* frames waiting for a slot, all conns */
+	size_t conn_max;	   /* bulk budget per connection */
+	int64_t write_timeout_ns;
+	int64_t next_bulk_check_ns; /* earliest bulk time limit, 0 = none */
+	int64_t idle_ns;	    /* memory free this long is given back */
+	int64_t next_trim_ns;
 	int shutting_down;
 	zcrpc_server_stats st;
 	uint8_t psk[ZCRPC_PSK_MAX]; /* o.psk points here */
@@ -164,11 +211,99 @@ static void sc_flush(struct sconn *sc)
 	}
 }
 
+/* Builds the deferred frames in order while slots are there. A grant
+ * whose call stopped waiting for its bulk part (cancelled, closed) is
+ * dropped: nobody needs it any more. */
+static void pframes_flush(struct sconn *sc)
+{
+	zcrpc_server *s = sc->s;
+	struct pframe *p;
+
+	while ((p = sc->p_head) && !sc->closed) {
+		if (p->grant_ref) {
+			zcrpc_server_call *c = slookup(s, p->grant_ref);
+
+			if (!c || c->sc != sc || c->state != SS_AWAIT_BULK ||
+			    c->cancelled)
+				goto drop;
+		}
+		{
+			struct zcrpc__out out;
+			zcrpc_status st = zcrpc__out_build(s->w, &p->f, NULL, 0,
+							   p->len, NULL, NULL,
+							   p->msg, &out);
+
+			if (st == ZCRPC_RESOURCE_EXHAUSTED)
+				return; /* still none: the timer tries again */
+			if (st == ZCRPC_OK)
+				sc_send(sc, &out);
+		}
+drop:
+		sc->p_head = p->next;
+		if (!sc->p_head)
+			sc->p_tail = NULL;
+		s->npframes--;
+		free(p);
+	}
+}
+
+/* Keeps @f (and @n bytes of @msg) until a pool slot returns. */
+static void defer_frame(struct sconn *sc, const struct zcrpc_frame *f,
+			const char *msg, size_t n, uint32_t grant_ref)
+{
+	zcrpc_server *s = sc->s;
+	struct pframe *p = malloc(sizeof(*p) + n);
+
+	if (!p) {
+		/* Nothing left to keep the promise with: the client learns
+		 * it from the connection instead of waiting. */
+		zcrpc_conn_close(sc->conn);
+		return;
+	}
+	p->next = NULL;
+	p->f = *f;
+	p->grant_ref = grant_ref;
+	p->len = n;
+	if (n)
+		memcpy(p->msg, msg, n);
+	if (sc->p_tail)
+		sc->p_tail->next = p;
+	else
+		sc->p_head = p;
+	sc->p_tail = p;
+	s->npframes++;
+	s->st.frames_deferred++;
+	zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + ZCRPC_RETRY_NS);
+}
+
+/* Builds and sends a frame without a body other than @n bytes of @msg (an
+ * error reply, a GOAWAY, a grant); without a pool slot it waits for one.
+ * Frames keep their order. */
+static void send_frame(struct sconn *sc, struct zcrpc_frame *f,
+		       const char *msg, size_t n, uint32_t grant_ref)
+{
+	struct zcrpc__out out;
+	zcrpc_status st;
+
+	if (sc->closed)
+		return;
+	if (sc->p_head) {
+		defer_frame(sc, f, msg, n, grant_ref);
+		return;
+	}
+	st = zcrpc__out_build(sc->s->w, f, NULL, 0, n, NULL, NULL, msg, &out);
+	if (st == ZCRPC_OK)
+		sc_send(sc, &out);
+	else if (st == ZCRPC_RESOURCE_EXHAUSTED)
+		defer_frame(sc, f, msg, n, grant_ref);
+	else
+		zcrpc_conn_close(sc->conn); /* cannot happen: fixed sizes */
+}
+
 static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 			zcrpc_status status, const char *msg)
 {
 	struct zcrpc_frame f;
-	struct zcrpc__out out;
 	size_t n;
 
 	memset(&f, 0, sizeof(f));
@@ -176,15 +311,30 @@ static void send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 	f.call_id = call_id;
 	f.status = (uint32_t)status;
 	n = zcrpc__status_msg_len(msg);
-	if (zcrpc__out_build(sc->s->w, &f, NULL, 0, n, NULL, NULL, msg, &out) ==
-	    ZCRPC_OK)
-		sc_send(sc, &out);
+	send_frame(sc, &f, msg, n, 0);
 }
 
 /* ---- calls ---------------------------------------------------------------- */
 
+/* The bytes @c held of its connection's bulk budget go back. */
+static void budget_release(zcrpc_server_call *c)
+{
+	if (c->budget && c->sc)
+		c->sc->bulk_held -= c->budget;
+	c->budget = 0;
+}
+
+static void watch_bulk_deadline(zcrpc_server *s, int64_t dl)
+{
+	if (!s->next_bulk_check_ns || dl < s->next_bulk_check_ns) {
+		s->next_bulk_check_ns = dl;
+		zcrpc__timer_start(s->w, &s->timer, dl);
+	}
+}
+
 static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 {
+	budget_release(c);
 	if (c->sc) {
 		if (c->prev)
 			c->prev->next = c->next;
@@ -195,6 +345,11 @@ static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 	}
 	if (c->req.data)
 		zcrpc_msg_free(s->w, &c->req);
+	if (c->reply_out.msg.data)
+		zcrpc_msg_free(s->w, &c->reply_out.msg);
+	free(c->reply_heap);
+	if (c->req_grant && c->req_bulk) /* freed with its connection */
+		c->req_bulk->keep_until_ns = zcrpc__now_ns() + ZCRPC_WINDOW_GRACE_NS;
 	zcrpc__bulk_put(&s->bulk, c->req_bulk);
 	zcrpc__bulk_put(&s->bulk, c->reply_buf);
 	if (c->on_done) {
@@ -316,19 +471,131 @@ static void protocol_error(struct sconn *sc, const char *why)
 	zcrpc_conn_close(sc->conn);
 }
 
-/* Takes registered memory for @c's request part of @len bytes and grants it
- * to the client. Memory a split write may leave partly unwritten is zeroed
- * first: it may hold what another peer sent (docs/protocol.md §4). */
-static zcrpc_status grant_request_part(struct sconn *sc, zcrpc_server_call *c,
-				       size_t len, zcrpc_remote_region *r)
+/* Every buffer a request's bulk part is granted passes here, whether it
+ * comes from the cache's free list or fresh from its thread: bind the
+ * window over it, send the grant, start the write's time limit. */
+static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
+			  struct zcrpc__bulkbuf *b)
 {
-	zcrpc_status st;
+	struct sconn *sc = c->sc;
+	struct zcrpc_frame g;
+	zcrpc_remote_region r;
 
-	st = zcrpc__bulk_get(&sc->s->bulk, len, &c->req_bulk);
-	if (st != ZCRPC_OK)
-		return st;
-	zcrpc__bulk_scrub(c->req_bulk->ptr, len, zcrpc_conn_write_piece(sc->conn));
-	return zcrpc_mr_grant(c->req_bulk->mr, sc->conn, 0, len, r, &c->req_grant);
+	c->req_bulk = b;
+	/* A part longer than one piece may be left partly unwritten (only
+	 * the last piece's count is checked): zero what may hold another
+	 * peer's bytes (docs/protocol.md §4). */
+	zcrpc__bulk_scrub(b->ptr, (size_t)c->f.bulk_len,
+			  zcrpc_conn_write_piece(sc->conn));
+	if (zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
+			   &c->req_grant) != ZCRPC_OK) {
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "no memory at the server for the request's bulk part");
+		c->state = SS_RUNNING;
+		call_free(s, c);
+		return;
+	}
+	memset(&g, 0, sizeof(g));
+	g.type = ZCRPC_FRAME_BULK_GRANT;
+	g.call_id = c->client_ref;
+	g.bulk_addr = r.addr;
+	g.bulk_len = r.len;
+	g.bulk_rkey = r.rkey;
+	g.bulk_token = sref(s, c);
+	c->state = SS_AWAIT_BULK;
+	c->granted_ns = zcrpc__now_ns();
+	c->bulk_deadline_ns = c->granted_ns + s->write_timeout_ns +
+			      (int64_t)(c->f.bulk_len >> 20) * ZCRPC_NS_PER_MIB;
+	watch_bulk_deadline(s, c->bulk_deadline_ns);
+	send_frame(sc, &g, NULL, 0, g.bulk_token);
+}
+
+/* A request announced a bulk part: charge the connection's budget and take
+ * a buffer without registering on this thread; answer RESOURCE_EXHAUSTED
+ * when the budget or the cache's cap does not allow it. */
+static void request_bulk(zcrpc_server *s, struct sconn *sc,
+			 zcrpc_server_call *c)
+{
+	size_t len = (size_t)c->f.bulk_len, cap = zcrpc__bulk_cap_of(len);
+	struct zcrpc__bulkbuf *b = NULL;
+	zcrpc_status st = ZCRPC_RESOURCE_EXHAUSTED;
+	const char *why = "no memory at the server for the request's bulk part";
+
+	if (cap > s->conn_max || sc->bulk_held > s->conn_max - cap)
+		why = "the connection's bulk budget is used up "
+		      "(parts granted and not yet written)";
+	else
+		st = zcrpc__bulk_get_async(&s->bulk, len, sref(s, c), &b);
+	if (st == ZCRPC_OK || st == ZCRPC_UNAVAILABLE) {
+		c->budget = cap;
+		sc->bulk_held += cap;
+	}
+	if (st == ZCRPC_OK) {
+		grant_request(s, c, b);
+		return;
+	}
+	if (st == ZCRPC_UNAVAILABLE) { /* on_buffer continues */
+		c->state = SS_AWAIT_BUF;
+		s->st.bulk_waits++;
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		return;
+	}
+	s->st.bulk_refused++;
+	send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+		    ZCRPC_RESOURCE_EXHAUSTED, why);
+	c->state = SS_RUNNING;
+	call_free(s, c);
+}
+
+/* The reply waiting for its bulk buffer (REPLY_BUF) gets it: its bytes
+ * move over and the reply frame goes out. */
+static void reply_buffer_ready(zcrpc_server *s, zcrpc_server_call *c,
+			       struct zcrpc__bulkbuf *b)
+{
+	if (!b) {
+		send_simple(c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "registering memory for the reply's bulk part failed");
+		call_free(s, c);
+		return;
+	}
+	c->reply_buf = b;
+	memcpy(b->ptr, c->reply_heap, c->reply_src.len);
+	s->st.copied_bytes += c->reply_src.len;
+	free(c->reply_heap);
+	c->reply_heap = NULL;
+	sc_send(c->sc, &c->reply_out);
+	memset(&c->reply_out, 0, sizeof(c->reply_out));
+	c->state = SS_REPLY_GRANT;
+	c->bulk_deadline_ns = zcrpc__now_ns() + s->write_timeout_ns;
+	watch_bulk_deadline(s, c->bulk_deadline_ns);
+}
+
+/* A buffer registered on the cache's thread for the call @ref. */
+static void on_buffer(void *arg, uint32_t ref, struct zcrpc__bulkbuf *b)
+{
+	zcrpc_server *s = arg;
+	zcrpc_server_call *c = slookup(s, ref);
+
+	if (c && c->state == SS_REPLY_BUF && c->sc) {
+		reply_buffer_ready(s, c, b);
+		return;
+	}
+	if (!c || c->state != SS_AWAIT_BUF || !c->sc) {
+		zcrpc__bulk_put(&s->bulk, b); /* it ended meanwhile: cached */
+		return;
+	}
+	if (!b) {
+		s->st.bulk_refused++;
+		send_simple(c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "registering memory for the request's bulk part failed");
+		c->state = SS_RUNNING;
+		call_free(s, c);
+		return;
+	}
+	grant_request(s, c, b);
 }
 
 static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
@@ -378,28 +645,7 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 		sc->calls->prev = c;
 	sc->calls = c;
 	if (f->flags & ZCRPC_FRAME_F_BULK) {
-		struct zcrpc_frame g;
-		struct zcrpc__out out;
-		zcrpc_remote_region r;
-
-		if (grant_request_part(sc, c, (size_t)f->bulk_len, &r) != ZCRPC_OK) {
-			send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
-				    ZCRPC_RESOURCE_EXHAUSTED,
-				    "no memory at the server for the request's bulk part");
-			c->state = SS_RUNNING;
-			call_free(s, c);
-			return;
-		}
-		memset(&g, 0, sizeof(g));
-		g.type = ZCRPC_FRAME_BULK_GRANT;
-		g.call_id = f->call_id;
-		g.bulk_addr = r.addr;
-		g.bulk_len = r.len;
-		g.bulk_rkey = r.rkey;
-		g.bulk_token = sref(s, c);
-		c->state = SS_AWAIT_BULK;
-		if (zcrpc__out_build(s->w, &g, NULL, 0, 0, NULL, NULL, NULL, &out) == ZCRPC_OK)
-			sc_send(sc, &out);
+		request_bulk(s, sc, c);
 		return;
 	}
 	dispatch(s, c);
@@ -413,6 +659,12 @@ static void revoke_request(struct sconn *sc, zcrpc_server_call *c)
 {
 	zcrpc_grant *g = c->req_grant;
 
+	budget_release(c); /* written, or never will be */
+	if (!c->cancelled) { /* it landed: the parts granted after it may
+			      * have waited behind it at the client */
+		sc->landed_ns = zcrpc__now_ns();
+		sc->landed_granted_ns = c->granted_ns;
+	}
 	c->req_grant = NULL;
 	c->state = SS_REVOKING;
 	if (zcrpc_grant_revoke(g, (void *)(uintptr_t)sref(sc->s, c)) != ZCRPC_OK)
@@ -433,6 +685,8 @@ static void on_cancel(struct sconn *sc, const struct zcrpc_frame *f)
 	if (c->state == SS_QUEUED) {
 		rq_remove(sc->s, c);
 		call_free(sc->s, c);
+	} else if (c->state == SS_AWAIT_BUF) {
+		call_free(sc->s, c); /* no window yet; its buffer is cached */
 	} else if (c->state == SS_AWAIT_BULK) {
 		/* A client never writes after its CANCEL (RC ordering: a
 		 * write it posted earlier has landed by now): revoke, then
@@ -582,19 +836,136 @@ static void on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 
 static void on_writable(zcrpc_conn *conn, void *arg)
 {
+	struct sconn *sc = arg;
+
 	(void)conn;
-	sc_flush(arg);
+	sc_flush(sc);
+	if (sc->p_head)
+		pframes_flush(sc);
+}
+
+/* A request part not written in time: the grant is revoked (a write
+ * after that fails the client's connection) and the call answered. A reply
+ * part the client never granted: the call is freed (nobody can write into
+ * the server's memory). */
+static void bulk_expire(zcrpc_server *s, zcrpc_server_call *c)
+{
+	s->st.bulk_timeouts++;
+	if (c->state == SS_REPLY_GRANT) {
+		call_free(s, c);
+		return;
+	}
+	send_simple(c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
+		    ZCRPC_RESOURCE_EXHAUSTED,
+		    "bulk part not written within the server's time limit");
+	c->cancelled = 1; /* freed when the revoke completed */
+	revoke_request(c->sc, c);
+}
+
+/* When @c's time runs out: the limit counts from its grant, or from the
+ * last landing of a part granted before it (a client writes its parts in
+ * the order it got the grants, so those queued behind others get their
+ * time once the earlier ones landed; a part granted later that lands
+ * extends nothing). */
+static int64_t bulk_due(const zcrpc_server_call *c)
+{
+	const struct sconn *sc = c->sc;
+	int64_t start = c->granted_ns;
+
+	if (c->state != SS_AWAIT_BULK)
+		return c->bulk_deadline_ns;
+	if (sc->landed_granted_ns <= c->granted_ns && sc->landed_ns > start)
+		start = sc->landed_ns;
+	return c->bulk_deadline_ns + (start - c->granted_ns);
+}
+
+static int bulk_waiting(const zcrpc_server_call *c)
+{
+	return (c->state == SS_AWAIT_BULK && !c->cancelled) ||
+	       c->state == SS_REPLY_GRANT;
+}
+
+/* Expires the bulk parts past their time limit. Expiring may close a
+ * connection (and free its calls), so the calls are picked first and
+ * looked up again by reference. */
+static void bulk_check(zcrpc_server *s, int64_t now)
+{
+	uint32_t due[64];
+	unsigned n = 0, i;
+	struct sconn *sc;
+	int64_t next = 0;
+
+	for (sc = s->conns; sc; sc = sc->next) {
+		zcrpc_server_call *c;
+
+		for (c = sc->calls; c; c = c->next) {
+			int64_t dl;
+
+			if (!bulk_waiting(c))
+				continue;
+			dl = bulk_due(c);
+			if (now >= dl && n < 64)
+				due[n++] = sref(s, c);
+			else if (!next || dl < next)
+				next = dl;
+		}
+	}
+	if (n == 64)
+		next = now; /* more to do on the next run */
+	s->next_bulk_check_ns = 0;
+	if (next)
+		watch_bulk_deadline(s, next);
+	for (i = 0; i < n; i++) {
+		zcrpc_server_call *c = slookup(s, due[i]);
+
+		if (c && c->sc && bulk_waiting(c))
+			bulk_expire(s, c);
+	}
+}
+
+/* The server's timer: frames waiting for a pool slot, buffers registered
+ * off-thread, bulk time limits. */
+static void on_timer(struct zcrpc__timer *t, int64_t now)
+{
+	zcrpc_server *s = (zcrpc_server *)((char *)t - offsetof(zcrpc_server, timer));
+	struct sconn *sc;
+
+	if (s->bulk.growing)
+		zcrpc__bulk_collect(&s->bulk, on_buffer, s);
+	if (s->next_bulk_check_ns && now >= s->next_bulk_check_ns)
+		bulk_check(s, now);
+	for (sc = s->conns; sc; sc = sc->next)
+		if (sc->p_head)
+			pframes_flush(sc);
+	if (now >= s->next_trim_ns) {
+		/* The bulk cache and the worker's pool follow the working
+		 * size: what stayed free for idle_ns goes back. */
+		zcrpc__bulk_trim(&s->bulk, now, s->idle_ns);
+		zcrpc__pool_trim(s->w->pool, now, s->idle_ns);
+		s->next_trim_ns = now + s->idle_ns / 2;
+	}
+	if (s->npframes || s->bulk.growing)
+		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
+	if (s->next_bulk_check_ns)
+		zcrpc__timer_start(s->w, &s->timer, s->next_bulk_check_ns);
+	zcrpc__timer_start(s->w, &s->timer, s->next_trim_ns);
 }
 
 static void sconn_free(struct sconn *sc)
 {
 	zcrpc_server *s = sc->s;
 	struct zcrpc__qframe *q;
+	struct pframe *p;
 
 	while ((q = sc->q_head)) {
 		sc->q_head = q->next;
 		zcrpc_msg_free(s->w, &q->out.msg);
 		free(q);
+	}
+	while ((p = sc->p_head)) {
+		sc->p_head = p->next;
+		s->npframes--;
+		free(p);
 	}
 	if (sc->prev)
 		sc->prev->next = sc->next;
@@ -675,6 +1046,36 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 }
 
 /* ---- replies -------------------------------------------------------------- */
+
+/* The reply's bulk part, written by @fill or copied from @data: into a
+ * buffer from the cache, or, while one is registered off-thread (the
+ * worker never registers), onto the heap until on_buffer. */
+static zcrpc_status reply_take_buffer(zcrpc_server *s, zcrpc_server_call *c,
+				      const void *data, size_t len,
+				      zcrpc_fill_fn fill, void *fill_ctx)
+{
+	zcrpc_status st = zcrpc__bulk_get_async(&s->bulk, len, sref(s, c),
+						&c->reply_buf);
+	void *dst;
+
+	if (st == ZCRPC_UNAVAILABLE) {
+		c->reply_heap = malloc(len);
+		if (!c->reply_heap)
+			return ZCRPC_RESOURCE_EXHAUSTED; /* the buffer is cached */
+		dst = c->reply_heap;
+	} else if (st != ZCRPC_OK) {
+		return st;
+	} else {
+		dst = c->reply_buf->ptr;
+	}
+	if (fill) {
+		fill(dst, len, fill_ctx);
+	} else {
+		memcpy(dst, data, len);
+		s->st.copied_bytes += len;
+	}
+	return ZCRPC_OK;
+}
 
 static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 			  const char *message, const void *data, size_t len,
@@ -778,15 +1179,9 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 			st = ZCRPC_INVALID_ARGUMENT;
 			goto err_reply;
 		}
-		st = zcrpc__bulk_get(&s->bulk, len, &c->reply_buf);
+		st = reply_take_buffer(s, c, data, len, fill, fill_ctx);
 		if (st != ZCRPC_OK)
 			goto err_reply;
-		if (fill) {
-			fill(c->reply_buf->ptr, len, fill_ctx);
-		} else {
-			memcpy(c->reply_buf->ptr, data, len);
-			s->st.copied_bytes += len;
-		}
 		c->reply_src.len = len;
 		f.flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK;
 		f.bulk_len = len;
@@ -810,11 +1205,21 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		goto err_reply;
 	if (status == ZCRPC_OK && !fill && len)
 		s->st.copied_bytes += len;
+	if (c->reply_heap) { /* on_buffer sends it */
+		c->reply_out = out;
+		c->state = SS_REPLY_BUF;
+		s->st.bulk_waits++;
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		run_queue(s);
+		return ZCRPC_OK;
+	}
 	sc_send(sc, &out);
 	if (f.flags & ZCRPC_FRAME_F_BULK) {
 		/* Freed when its write completes; the request's memory stays
 		 * until then, since the reply may be sent from it in place. */
 		c->state = SS_REPLY_GRANT;
+		c->bulk_deadline_ns = zcrpc__now_ns() + s->write_timeout_ns;
+		watch_bulk_deadline(s, c->bulk_deadline_ns);
 	} else {
 		s->st.replies++;
 		if (c->on_done) {
@@ -829,9 +1234,14 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	return ZCRPC_OK;
 
 err_reply:
-	/* The client still gets an answer. */
-	send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref, ZCRPC_INTERNAL,
-		    "the server could not build its reply");
+	/* The client still gets an answer (once a pool slot is there). */
+	if (st == ZCRPC_RESOURCE_EXHAUSTED)
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
+			    ZCRPC_RESOURCE_EXHAUSTED,
+			    "no memory at the server for the reply");
+	else
+		send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref, ZCRPC_INTERNAL,
+			    "the server could not build its reply");
 	call_free(s, c);
 	run_queue(s);
 	return st;
@@ -929,7 +1339,8 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		    (!o->psk && o->psk_len) ||
 		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
 				o->psk_len > ZCRPC_PSK_MAX)) ||
-		    o->handshake_timeout_ms < 0) {
+		    o->handshake_timeout_ms < 0 || o->bulk_write_timeout_ms < 0 ||
+		    o->idle_release_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
@@ -954,7 +1365,19 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		s->free_idx[s->ncalls - 1 - i] = i;
 	}
 	s->nfree = s->ncalls;
-	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), (size_t)2 << 30);
+	if (!s->o.bulk_cache_max)
+		s->o.bulk_cache_max = (size_t)2 << 30;
+	s->conn_max = s->o.bulk_conn_max ? s->o.bulk_conn_max
+					 : s->o.bulk_cache_max / 4;
+	s->write_timeout_ns = (int64_t)(s->o.bulk_write_timeout_ms
+						? s->o.bulk_write_timeout_ms
+						: 10000) * 1000000LL;
+	s->idle_ns = (int64_t)(s->o.idle_release_ms ? s->o.idle_release_ms
+						    : 10000) * 1000000LL;
+	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), s->o.bulk_cache_max);
+	s->timer.fn = on_timer;
+	s->next_trim_ns = zcrpc__now_ns() + s->idle_ns / 2;
+	zcrpc__timer_start(w, &s->timer, s->next_trim_ns);
 	*out = s;
 	return ZCRPC_OK;
 }
@@ -1063,6 +1486,7 @@ void zcrpc_server_destroy(zcrpc_server *s)
 
 	if (!s)
 		return;
+	zcrpc__timer_stop(s->w, &s->timer);
 	zcrpc_listener_destroy(s->l);
 	while (s->conns) {
 		struct sconn *sc = s->conns;
@@ -1100,6 +1524,14 @@ void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
 	if (!out)
 		return;
 	memset(out, 0, sizeof(*out));
-	if (s)
+	if (s) {
+		struct zcrpc__bulk_stats b;
+
 		*out = s->st;
+		zcrpc__bulk_get_stats(&s->bulk, &b);
+		out->bulk_pinned = b.pinned;
+		out->bulk_in_use = b.in_use;
+		out->bulk_released = b.released;
+		out->pool_pinned = zcrpc__pool_pinned(s->w->pool);
+	}
 }

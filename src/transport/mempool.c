@@ -8,14 +8,21 @@
 
 #define ZCRPC_POOL_MAX_REGIONS 0xffffU
 
+/* A region given back (zcrpc__pool_trim) stays as a dormant entry: no
+ * memory, no registration, its generations kept (and advanced), so ids
+ * that named its slots stay refused; grow() brings it back first. */
 struct region {
 	unsigned cls;
-	uint8_t *base;
+	uint8_t *base;	   /* NULL: dormant */
 	uint32_t nslots;
 	void *handle;
 	uint32_t lkeys[ZCRPC_MAX_DEVICES];
 	uint32_t *gen;	   /* per slot, 24 bits used */
 	uint8_t *in_use;   /* per slot */
+	uint32_t nuse;	   /* slots in use */
+	uint64_t gets;	   /* slots taken from it, ever */
+	uint64_t gets_seen; /* gets at the last trim pass */
+	int64_t idle_since; /* nothing taken since (trim passes' clock) */
 };
 
 struct pool_class {
@@ -114,6 +121,55 @@ void zcrpc__pool_destroy(struct zcrpc__pool *p)
 	free(p);
 }
 
+static int reg_region(struct zcrpc__pool *p, struct region *r, size_t bytes)
+{
+	int err = p->reg.reg(p->reg.ctx, r->base, bytes, &r->handle, r->lkeys);
+
+	if (err) {
+		snprintf(p->err, sizeof(p->err),
+			 "registering %zu bytes: %s%s", bytes, strerror(err),
+			 err == ENOMEM || err == EPERM
+				 ? " (raise the locked-memory limit: ulimit -l)"
+				 : "");
+		r->handle = NULL;
+	}
+	return err;
+}
+
+static void push_free(struct zcrpc__pool *p, uint32_t ri)
+{
+	struct region *r = p->regions[ri];
+	struct pool_class *c = &p->cls[r->cls];
+	uint32_t i;
+
+	for (i = r->nslots; i-- > 0;)
+		c->free[c->nfree++] = ((uint64_t)ri << 24) | i;
+	c->st.capacity += r->nslots;
+	c->st.regions++;
+	r->gets_seen = r->gets;
+	r->idle_since = 0;
+}
+
+/* Brings dormant region @ri back: fresh memory, registered again. */
+static zcrpc_status revive(struct zcrpc__pool *p, uint32_t ri)
+{
+	struct region *r = p->regions[ri];
+	size_t bytes = (size_t)r->nslots * p->cls[r->cls].cfg.slot_size;
+
+	if (posix_memalign((void **)&r->base, 4096, bytes)) {
+		r->base = NULL;
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	memset(r->base, 0, bytes);
+	if (reg_region(p, r, bytes)) {
+		free(r->base);
+		r->base = NULL;
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	push_free(p, ri);
+	return ZCRPC_OK;
+}
+
 /* Adds one region to class @ci. Returns OK or RESOURCE_EXHAUSTED. */
 static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
 {
@@ -121,13 +177,17 @@ static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
 	uint32_t n = c->cfg.slots_per_region, i;
 	struct region *r;
 	size_t bytes;
-	int err;
 
 	p->err[0] = 0; /* the message describes the latest failure only */
 	if (c->st.capacity >= c->cfg.max_slots)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	if (n > c->cfg.max_slots - c->st.capacity)
 		n = c->cfg.max_slots - c->st.capacity;
+	for (i = 0; i < p->nregions; i++) {
+		r = p->regions[i];
+		if (!r->base && r->cls == ci && r->nslots <= n)
+			return revive(p, i);
+	}
 	if (p->nregions >= ZCRPC_POOL_MAX_REGIONS)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	if (p->nregions == p->cap_regions) {
@@ -152,21 +212,10 @@ static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
 	memset(r->base, 0, bytes); /* no stale bytes ever reach the wire */
 	for (i = 0; i < n; i++)
 		r->gen[i] = 1; /* generation 0 never names a slot: a zeroed id is invalid */
-	err = p->reg.reg(p->reg.ctx, r->base, bytes, &r->handle, r->lkeys);
-	if (err) {
-		snprintf(p->err, sizeof(p->err),
-			 "registering %zu bytes: %s%s", bytes, strerror(err),
-			 err == ENOMEM || err == EPERM
-				 ? " (raise the locked-memory limit: ulimit -l)"
-				 : "");
-		r->handle = NULL;
+	if (reg_region(p, r, bytes))
 		goto err_region;
-	}
-	for (i = n; i-- > 0;)
-		c->free[c->nfree++] = ((uint64_t)p->nregions << 24) | i;
-	p->regions[p->nregions++] = r;
-	c->st.capacity += n;
-	c->st.regions++;
+	p->regions[p->nregions] = r;
+	push_free(p, p->nregions++);
 	return ZCRPC_OK;
 
 err_region:
@@ -209,6 +258,8 @@ zcrpc_status zcrpc__pool_get(struct zcrpc__pool *p, size_t need,
 		ri = (uint32_t)(e >> 24);
 		idx = (uint32_t)(e & 0xffffffU);
 		p->regions[ri]->in_use[idx] = 1;
+		p->regions[ri]->nuse++;
+		p->regions[ri]->gets++;
 		c->st.in_use++;
 		c->st.gets++;
 		fill(p, ri, idx, out);
@@ -227,7 +278,7 @@ static zcrpc_status check(const struct zcrpc__pool *p, zcrpc__slot_id id)
 	r = p->regions[ri];
 	if (idx >= r->nslots)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (!r->in_use[idx] || r->gen[idx] != ZCRPC_SLOT_GEN(id))
+	if (!r->base || !r->in_use[idx] || r->gen[idx] != ZCRPC_SLOT_GEN(id))
 		return ZCRPC_FAILED_PRECONDITION;
 	return ZCRPC_OK;
 }
@@ -246,6 +297,7 @@ zcrpc_status zcrpc__pool_put(struct zcrpc__pool *p, zcrpc__slot_id id)
 	r = p->regions[ri];
 	c = &p->cls[r->cls];
 	r->in_use[idx] = 0;
+	r->nuse--;
 	r->gen[idx] = (r->gen[idx] + 1) & 0xffffffU;
 	if (!r->gen[idx])
 		r->gen[idx] = 1;
@@ -275,6 +327,73 @@ void zcrpc__pool_get_stats(const struct zcrpc__pool *p,
 	for (i = 0; i < p->nclasses; i++)
 		out->cls[i] = p->cls[i].st;
 	out->bad_puts = p->bad_puts;
+}
+
+/* Gives region @ri back: its free-stack entries go, its memory and
+ * registration are released, every generation advances. */
+static void retire(struct zcrpc__pool *p, uint32_t ri)
+{
+	struct region *r = p->regions[ri];
+	struct pool_class *c = &p->cls[r->cls];
+	uint32_t i, j = 0;
+
+	for (i = 0; i < c->nfree; i++)
+		if ((uint32_t)(c->free[i] >> 24) != ri)
+			c->free[j++] = c->free[i];
+	c->nfree = j;
+	for (i = 0; i < r->nslots; i++) {
+		r->gen[i] = (r->gen[i] + 1) & 0xffffffU;
+		if (!r->gen[i])
+			r->gen[i] = 1;
+	}
+	if (r->handle)
+		p->reg.dereg(p->reg.ctx, r->handle);
+	r->handle = NULL;
+	memset(r->lkeys, 0, sizeof(r->lkeys));
+	free(r->base);
+	r->base = NULL;
+	c->st.capacity -= r->nslots;
+	c->st.regions--;
+	c->st.released++;
+}
+
+uint32_t zcrpc__pool_trim(struct zcrpc__pool *p, int64_t now, int64_t idle_ns)
+{
+	uint32_t ri, given = 0;
+	unsigned spare[ZCRPC_POOL_MAX_CLASSES] = {0};
+
+	for (ri = 0; ri < p->nregions; ri++) {
+		struct region *r = p->regions[ri];
+
+		if (!r->base)
+			continue;
+		if (r->nuse || r->gets != r->gets_seen || !r->idle_since) {
+			/* used since the last pass: its idle time starts over */
+			r->gets_seen = r->gets;
+			r->idle_since = r->nuse ? 0 : now;
+			continue;
+		}
+		if (now - r->idle_since < idle_ns)
+			continue;
+		/* The oldest idle region of each class stays as slack, so a
+		 * load just above the working size does not make the class
+		 * grow and shrink in turn. */
+		if (!spare[r->cls]++)
+			continue;
+		retire(p, ri);
+		given += r->nslots;
+	}
+	return given;
+}
+
+size_t zcrpc__pool_pinned(const struct zcrpc__pool *p)
+{
+	size_t n = 0;
+	unsigned i;
+
+	for (i = 0; i < p->nclasses; i++)
+		n += (size_t)p->cls[i].st.capacity * p->cls[i].cfg.slot_size;
+	return n;
 }
 
 uint32_t zcrpc__pool_in_use(const struct zcrpc__pool *p)

@@ -70,6 +70,7 @@ struct zcrpc__pool_class_stats {
 	uint32_t in_use;
 	uint32_t regions;
 	uint64_t gets, puts, exhausted;
+	uint64_t released; /* regions given back by zcrpc__pool_trim */
 };
 
 struct zcrpc__pool_stats {
@@ -112,6 +113,16 @@ void zcrpc__pool_get_stats(const struct zcrpc__pool *p,
 /* Releases every region's registration on device @dev_idx (removed);
  * its lkeys become 0. Slots stay usable on the other devices. */
 void zcrpc__pool_drop_device(struct zcrpc__pool *p, int dev_idx);
+
+/* Gives back regions none of whose slots was taken for @idle_ns or longer
+ * (timed by the passes' @now), keeping the oldest such region of each
+ * class as slack: the memory follows the working size, with hysteresis.
+ * Call it periodically; returns the slots given back. Their ids stay
+ * refused; a region given back is reused first when the class grows. */
+uint32_t zcrpc__pool_trim(struct zcrpc__pool *p, int64_t now, int64_t idle_ns);
+
+/* Bytes of slots registered now. */
+size_t zcrpc__pool_pinned(const struct zcrpc__pool *p);
 
 /* Total slots in use over all classes. */
 uint32_t zcrpc__pool_in_use(const struct zcrpc__pool *p);

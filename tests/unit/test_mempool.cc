@@ -193,3 +193,61 @@ TEST(MemPool, RegistrationFailureIsExhaustionWithAMessage)
 	EXPECT_EQ(zcrpc__pool_get(p, 10, &s), ZCRPC_OK) << "recovers once registration works";
 	zcrpc__pool_destroy(p);
 }
+
+TEST(MemPool, RegionsIdleForTheIdleTimeAreGivenBackAndTheirIdsStayRefused)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses(16, 4); // small class: 4 regions of 4 slots
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	std::vector<zcrpc__slot> s(16);
+	for (auto &x : s)
+		ASSERT_EQ(zcrpc__pool_get(p, 10, &x), ZCRPC_OK);
+	EXPECT_EQ(zcrpc__pool_pinned(p), 16u * 256);
+	for (auto &x : s)
+		ASSERT_EQ(zcrpc__pool_put(p, x.id), ZCRPC_OK);
+	// The peak is over. Nothing goes before the idle time has passed...
+	EXPECT_EQ(zcrpc__pool_trim(p, 1000, 100), 0u);
+	EXPECT_EQ(zcrpc__pool_trim(p, 1050, 100), 0u);
+	// ... and a region used meanwhile starts over.
+	zcrpc__slot u{};
+	ASSERT_EQ(zcrpc__pool_get(p, 10, &u), ZCRPC_OK);
+	ASSERT_EQ(zcrpc__pool_put(p, u.id), ZCRPC_OK);
+	EXPECT_EQ(zcrpc__pool_trim(p, 1100, 100), 8u) << "3 idle regions, one kept as slack";
+	zcrpc__pool_stats st;
+	zcrpc__pool_get_stats(p, &st);
+	EXPECT_EQ(st.cls[0].capacity, 8u);
+	EXPECT_EQ(st.cls[0].regions, 2u);
+	EXPECT_EQ(st.cls[0].released, 2u);
+	EXPECT_EQ(f.deregs, 2);
+	EXPECT_EQ(zcrpc__pool_pinned(p), 8u * 256);
+	// The used region goes one idle time later; the slack region stays.
+	EXPECT_EQ(zcrpc__pool_trim(p, 1300, 100), 4u);
+	EXPECT_EQ(zcrpc__pool_trim(p, 9999, 100), 0u) << "a class keeps its slack region";
+	EXPECT_EQ(zcrpc__pool_pinned(p), 4u * 256);
+	// Ids of the given-back slots are refused, not honoured.
+	size_t refused = 0;
+	for (auto &x : s) {
+		zcrpc__slot look{};
+		refused += zcrpc__pool_lookup(p, x.id, &look) != ZCRPC_OK;
+	}
+	EXPECT_EQ(refused, 16u);
+	EXPECT_EQ(zcrpc__pool_put(p, s[0].id), ZCRPC_FAILED_PRECONDITION);
+	// Growing again brings the regions back (registered anew); every
+	// slot is distinct and the old ids still name nothing.
+	std::set<void *> ptrs;
+	for (auto &x : s) {
+		ASSERT_EQ(zcrpc__pool_get(p, 10, &x), ZCRPC_OK);
+		ptrs.insert(x.ptr);
+	}
+	EXPECT_EQ(ptrs.size(), 16u);
+	zcrpc__pool_get_stats(p, &st);
+	EXPECT_EQ(st.cls[0].capacity, 16u);
+	EXPECT_EQ(st.cls[0].regions, 4u);
+	for (auto &x : s)
+		ASSERT_EQ(zcrpc__pool_put(p, x.id), ZCRPC_OK);
+	EXPECT_EQ(zcrpc__pool_in_use(p), 0u);
+	zcrpc__pool_destroy(p);
+	EXPECT_EQ(f.regs - f.deregs, 0) << "every registration released";
+}
