@@ -107,7 +107,11 @@ ZCRPC_API void zcrpc_worker_destroy(zcrpc_worker *w);
 
 /**
  * zcrpc_worker_progress - run the worker: CM events, accepts, completions,
- * timers, and the callbacks they cause.
+ * timers, and the callbacks they cause. Each call makes bounded progress on
+ * every source, so steady traffic starves none: the functions posted before
+ * it, at most 64 completions per connection, and the epoll set (CM events,
+ * connect requests, setup-thread results, device events) when it found
+ * nothing else or 100 us passed since it last read it.
  *
  * @timeout_ms: 0 polls once without sleeping (busy-poll mode); > 0 sleeps up
  * to that long on the worker's fd when there is nothing to do; < 0 sleeps

@@ -245,6 +245,21 @@ static void on_rejected(zcrpc_conn *c, int status, const void *pdata,
 				     : "rejected by the peer");
 }
 
+/* The peer disconnected. What it sent before its DREQ is in the CQ by now
+ * (its close waited for its sends to complete, docs/protocol.md §5), but a
+ * busy worker takes completions in bounded shares and reads CM events
+ * between them: deliver the rest before the connection fails. */
+static void drain_before_disconnect(zcrpc_conn *c)
+{
+	int i;
+
+	for (i = 0; i < 1024 && c->cq && !c->torn_down &&
+		    c->state != ZCRPC_CONN_CLOSED;
+	     i++)
+		if (zcrpc__conn_poll(c) == 0)
+			break;
+}
+
 void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			     int status, const void *pdata, size_t plen)
 {
@@ -294,6 +309,8 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 		if (c->state == ZCRPC_CONN_CONNECTING &&
 		    c->auth_phase == ZCRPC_AUTH_CLIENT_WAIT)
 			zcrpc__auth_peer_closed(c); /* the verdict first */
+		else
+			drain_before_disconnect(c);
 		if (!c->disconnected) {
 			/* librdmacm does not move the QP to error on
 			 * DISCONNECTED: do it, so posted work flushes. */

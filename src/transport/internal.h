@@ -154,10 +154,12 @@ struct zcrpc_worker {
 	int64_t next_timer_ns;	      /* earliest armed timer, 0 = none */
 	int64_t next_keepalive_ns;    /* next keepalive check, 0 = none */
 	int64_t now_ns;		      /* taken once per progress call */
+	int64_t epoll_due_ns;	      /* busy turns read epoll from then */
 	pthread_mutex_t post_lock;
 	struct zcrpc__post *posts, *posts_tail; /* FIFO, under post_lock */
 	atomic_int has_posts;			 /* posts != NULL, as a hint */
 	int in_progress;
+	int posts_ran; /* this progress call ran posted functions */
 	int need_reap;
 	uint32_t reposts_pending; /* conns waiting for pool slots */
 	zcrpc_conn_stats gone;	  /* totals of freed connections */
@@ -209,6 +211,10 @@ enum zcrpc__msg_type {
 };
 
 #define ZCRPC_POLL_BATCH 16
+/* Completions of one connection handled per progress turn, at most (the
+ * rest wait for the next turn, so one busy CQ cannot hold up the others
+ * or the worker's epoll set). */
+#define ZCRPC_POLL_TURN_MAX (4 * ZCRPC_POLL_BATCH)
 
 /* wr_id: receives have the top bit set and their position below; send
  * queue work requests carry their sequence number in the send ring. */

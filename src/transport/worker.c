@@ -16,6 +16,13 @@
 #include <unistd.h>
 
 #define ZCRPC_MAX_EVENTS 32
+/* CM events handled per turn, at most (the channel stays readable). */
+#define ZCRPC_CM_EVENTS_PER_TURN 64
+/* A busy turn (one that found completions or posted functions) still reads
+ * the epoll set once this long passed since it was last read, so steady
+ * traffic never starves CM events, accepts, setup-thread results and
+ * device events. */
+#define ZCRPC_EPOLL_PERIOD_NS (100LL * 1000)
 
 int64_t zcrpc__now_ns(void)
 {
@@ -352,15 +359,17 @@ int zcrpc_worker_fd(const zcrpc_worker *w)
 	return w ? w->epfd : -1;
 }
 
-/* Drains the worker's CM channel. Each event is copied and acknowledged
- * before it is handled, so handlers may destroy the id. */
+/* Takes up to ZCRPC_CM_EVENTS_PER_TURN events from the worker's CM channel
+ * (the rest keep its fd readable for the next turn). Each event is copied
+ * and acknowledged before it is handled, so handlers may destroy the id. */
 static int handle_cm_events(zcrpc_worker *w)
 {
 	struct rdma_cm_event *ev;
 	uint8_t pdata[256];
 	int n = 0;
 
-	while (rdma_get_cm_event(w->cm_ch, &ev) == 0) {
+	while (n < ZCRPC_CM_EVENTS_PER_TURN &&
+	       rdma_get_cm_event(w->cm_ch, &ev) == 0) {
 		zcrpc_conn *c = ev->id ? ev->id->context : NULL;
 		enum rdma_cm_event_type type = ev->event;
 		int status = ev->status;
@@ -484,6 +493,7 @@ static int run_posts(zcrpc_worker *w)
 	w->posts = w->posts_tail = NULL;
 	atomic_store_explicit(&w->has_posts, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&w->post_lock);
+	w->posts_ran = p != NULL;
 	while (p) {
 		struct zcrpc__post *next = p->next;
 
@@ -565,7 +575,9 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 				;
 			zcrpc__worker_sweep_removed(w);
 			zcrpc__jobs_handle_done(w);
-			run_posts(w);
+			/* At most one batch of posts per progress call. */
+			if (!w->posts_ran)
+				run_posts(w);
 			n++;
 			break;
 		}
@@ -599,11 +611,16 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	if (w->in_progress)
 		return ZCRPC_FAILED_PRECONDITION;
 	w->in_progress = 1;
+	w->posts_ran = 0;
 	w->now_ns = zcrpc__now_ns();
 
+	/* Every source makes bounded progress in every turn: the posts
+	 * queued so far, a bounded share of each CQ, and the epoll set when
+	 * the turn found nothing else or ZCRPC_EPOLL_PERIOD_NS passed. */
 	n = run_posts(w);
 	n += poll_conns(w);
-	if (n == 0) {
+	if (n == 0 || w->now_ns >= w->epoll_due_ns) {
+		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, 0);
 		if (nev > 0)
 			n += handle_ready(w, evs, nev);
@@ -618,6 +635,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 			return ZCRPC_INTERNAL;
 		}
 		w->now_ns = zcrpc__now_ns();
+		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
 		if (nev > 0)
 			handle_ready(w, evs, nev);
 		poll_conns(w);
