@@ -191,6 +191,14 @@ void zcrpc__worker_keepalive_start(zcrpc_worker *w);
 int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src);
 void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Sets what zcrpc_last_error() returns on this thread. */
+void zcrpc__set_last_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+/* How to get a device, for the "no RDMA device" messages. */
+#define ZCRPC_NO_DEVICE_HINT                                                   \
+	"load rdma_ucm and add a device; without RDMA hardware, Soft-RoCE "    \
+	"emulates one over Ethernet: modprobe rdma_rxe && "                    \
+	"rdma link add rxe0 type rxe netdev eth0 (your interface)"
 
 /* device.c */
 zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,

@@ -41,6 +41,29 @@ void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	va_end(ap);
 }
 
+const char *zcrpc_worker_error(const zcrpc_worker *w)
+{
+	return w ? w->err : "";
+}
+
+/* Why this thread's last zcrpc_worker_create / zcrpc_context_create
+ * failed (zcrpc_last_error). */
+static _Thread_local char last_err[320];
+
+void zcrpc__set_last_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_err, sizeof(last_err), fmt, ap);
+	va_end(ap);
+}
+
+const char *zcrpc_last_error(void)
+{
+	return last_err;
+}
+
 int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src)
 {
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = src};
@@ -152,6 +175,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	zcrpc_worker *w;
 	zcrpc_status st = ZCRPC_RESOURCE_EXHAUSTED;
 
+	zcrpc__set_last_error("%s", "");
 	if (!out)
 		return ZCRPC_INVALID_ARGUMENT;
 	w = calloc(1, sizeof(*w));
@@ -190,6 +214,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	w->cm_ch = rdma_create_event_channel();
 	if (!w->cm_ch) {
 		st = ZCRPC_UNAVAILABLE; /* no /dev/infiniband/rdma_cm */
+		zcrpc__set_last_error(
+			"no RDMA device found: cannot open the RDMA CM "
+			"(/dev/infiniband/rdma_cm: %s); " ZCRPC_NO_DEVICE_HINT,
+			strerror(errno));
 		goto err_evfd;
 	}
 	if (w->opts.context) {
