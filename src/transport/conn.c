@@ -185,6 +185,11 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(c->detail, sizeof(c->detail), fmt, ap);
 	va_end(ap);
+	if (st == ZCRPC_OK && c->close_status != ZCRPC_OK) {
+		/* An orderly close the application made for a reason. */
+		c->status = st = c->close_status;
+		memcpy(c->detail, c->close_detail, sizeof(c->detail));
+	}
 	c->state = ZCRPC_CONN_CLOSED;
 	c->deadline_ns = 0;
 	c->w->need_reap = 1;
@@ -380,6 +385,22 @@ void zcrpc_conn_close(zcrpc_conn *c)
 		return;
 	}
 	zcrpc__conn_close_drained(c);
+}
+
+void zcrpc__conn_close_error(zcrpc_conn *c, zcrpc_status st, const char *fmt,
+			     ...)
+{
+	va_list ap;
+
+	if (!c || c->state == ZCRPC_CONN_CLOSED)
+		return;
+	if (c->close_status == ZCRPC_OK) { /* the first reason counts */
+		c->close_status = st;
+		va_start(ap, fmt);
+		vsnprintf(c->close_detail, sizeof(c->close_detail), fmt, ap);
+		va_end(ap);
+	}
+	zcrpc_conn_close(c);
 }
 
 /* The orderly close, once the send queue is empty: rdma_disconnect moves

@@ -318,6 +318,10 @@ struct zcrpc_conn {
 	zcrpc_conn_state state;
 	zcrpc_status status;
 	char detail[192];
+	/* Why the application closed it (zcrpc__conn_close_error), reported
+	 * instead of OK "closed" when the close completes. */
+	zcrpc_status close_status;
+	char close_detail[192];
 	unsigned passive : 1;
 	unsigned dead : 1;	   /* destroyed by the user; freed by reap */
 	unsigned closing : 1;	   /* local close sent, waiting DISCONNECTED */
@@ -399,6 +403,10 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void zcrpc__conn_established(zcrpc_conn *c);
+/* zcrpc_conn_close() for a reason (e.g. the RPC layer's protocol errors):
+ * the orderly close, reported as @st and the message when it completes. */
+void zcrpc__conn_close_error(zcrpc_conn *c, zcrpc_status st, const char *fmt,
+			     ...) __attribute__((format(printf, 3, 4)));
 void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			     int status, const void *pdata, size_t pdata_len);
 void zcrpc__conn_teardown(zcrpc_conn *c);
