@@ -253,7 +253,8 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "memlock"))
 		return run_memlock(argv[2], argv[3]);
 	fprintf(stderr,
-		"usage: %s server ADDR PORT [WINDOW] | client ADDR PORT SEED N | idle ADDR PORT | memlock ADDR PORT\n",
+		"usage: %s server ADDR PORT [WINDOW] | client ADDR PORT SEED N "
+		"| idle ADDR PORT | memlock ADDR PORT\n",
 		argv[0]);
 	return 2;
 }

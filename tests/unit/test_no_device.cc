@@ -1,6 +1,7 @@
 // The host has no RDMA device (docs/testing.md): creating a worker or a
 // context there fails UNAVAILABLE, and zcrpc_last_error() tells a new user
 // what is missing and how to add Soft-RoCE (issue 11, item 15).
+#include <cstdio>
 #include <string>
 #include <thread>
 
