@@ -67,7 +67,8 @@ int main(int argc, char **argv)
 	req.seq = 42;
 	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
 	    (st = zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK) {
-		fprintf(stderr, "echo client: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "echo client: %s%s%s\n", zcrpc_status_str(st),
+			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
 	st = zcrpc__echo__echo__ping__call(ch, &req, NULL, &reply, &message);

@@ -81,7 +81,8 @@ int main(int argc, char **argv)
 	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK ||
 	    (st = zcrpc__echo__echo__zcrpc_register(s, &impl)) != ZCRPC_OK ||
 	    (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
-		fprintf(stderr, "echo server: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "echo server: %s%s%s\n", zcrpc_status_str(st),
+			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
 	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_port(s));

@@ -583,7 +583,8 @@ int main(int argc, char **argv)
 	argv += optind;
 	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
 	    (st = zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK) {
-		fprintf(stderr, "kv: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "kv: %s%s%s\n", zcrpc_status_str(st),
+			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
 	if (!strcmp(cmd, "put") && argc == 3) {

@@ -361,13 +361,15 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
 	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK) {
-		fprintf(stderr, "kv server: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "kv server: %s%s%s\n", zcrpc_status_str(st),
+			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
 	g_store.ctx = zcrpc_worker_context(w);
 	st = zcrpc__kv__kv__zcrpc_register(s, &kv_impl);
 	if (st != ZCRPC_OK || (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
-		fprintf(stderr, "kv server: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "kv server: %s%s%s\n", zcrpc_status_str(st),
+			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
 	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_port(s));

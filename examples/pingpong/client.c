@@ -102,7 +102,8 @@ int main(int argc, char **argv)
 
 	st = zcrpc_worker_create(NULL, &w);
 	if (st != ZCRPC_OK) {
-		fprintf(stderr, "client: worker: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "client: worker: %s: %s\n",
+			zcrpc_status_str(st), zcrpc_last_error());
 		goto out;
 	}
 	zcrpc_connect_opts_init(&co);

@@ -90,7 +90,8 @@ int main(int argc, char **argv)
 
 	st = zcrpc_worker_create(NULL, &w);
 	if (st != ZCRPC_OK) {
-		fprintf(stderr, "server: worker: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "server: worker: %s: %s\n",
+			zcrpc_status_str(st), zcrpc_last_error());
 		return 1;
 	}
 	zcrpc_listen_opts_init(&lo);

@@ -222,6 +222,14 @@ typedef struct zcrpc_channel_stats {
 	 * (docs/protocol.md §4).
 	 */
 	uint64_t bulk_bad_writes;
+	/**
+	 * Connections closed because the server broke the protocol (a
+	 * malformed frame, a grant smaller than the bulk part, an unexpected
+	 * frame or write). The calls on it fail UNAVAILABLE with
+	 * "... protocol error from the server: <reason>" in their message;
+	 * zcrpc_conn_error() of the connection says the same.
+	 */
+	uint64_t protocol_errors;
 } zcrpc_channel_stats;
 
 ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
@@ -416,7 +424,10 @@ ZCRPC_API int zcrpc_server_call_cancelled(const zcrpc_server_call *call);
 /** Server counters. */
 typedef struct zcrpc_server_stats {
 	uint64_t calls, replies, unimplemented, expired_not_run, cancelled;
-	uint64_t protocol_errors; /**< connections closed for malformed frames */
+	/** Connections closed because the client broke the protocol
+	 * (malformed frames, ...): on_disconnect gets INTERNAL, and
+	 * zcrpc_conn_error() "protocol error from the client: <reason>". */
+	uint64_t protocol_errors;
 	uint64_t copied_bytes;
 	uint32_t connections, running, queued;
 	uint64_t bulk_bad_writes; /**< request parts whose write with immediate

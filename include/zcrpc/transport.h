@@ -49,9 +49,19 @@ typedef struct zcrpc_mr zcrpc_mr;
  * with zcrpc_context_destroy(); workers and registrations hold their own, so
  * the context lives until the last of them is gone.
  * Errors: INVALID_ARGUMENT (NULL @out), UNAVAILABLE (no RDMA device or no
- * rdma_ucm), RESOURCE_EXHAUSTED.
+ * rdma_ucm; zcrpc_last_error() says which, and how to add Soft-RoCE),
+ * RESOURCE_EXHAUSTED.
  */
 ZCRPC_API zcrpc_status zcrpc_context_create(zcrpc_context **out);
+
+/**
+ * zcrpc_last_error - why the calling thread's last zcrpc_context_create() or
+ * zcrpc_worker_create() failed, where the status alone does not say it: e.g.
+ * "no RDMA device found ...; ... rdma link add rxe0 type rxe netdev eth0
+ * ...". "" after one that succeeded. Any thread; the string belongs to the
+ * calling thread and stays valid until its next create call.
+ */
+ZCRPC_API const char *zcrpc_last_error(void);
 
 /** Drops the caller's reference to @ctx. NULL is a no-op. */
 ZCRPC_API void zcrpc_context_destroy(zcrpc_context *ctx);
@@ -91,7 +101,8 @@ ZCRPC_API void zcrpc_worker_opts_init(zcrpc_worker_opts *opts);
  * @opts may be NULL for defaults; it is copied. On success *@out is set and
  * owned by the caller (release with zcrpc_worker_destroy()).
  * Errors: INVALID_ARGUMENT (bad option), RESOURCE_EXHAUSTED (out of memory or
- * file descriptors), UNAVAILABLE (no RDMA device, or rdma_ucm not loaded).
+ * file descriptors), UNAVAILABLE (no RDMA device, or rdma_ucm not loaded;
+ * zcrpc_last_error() says which, and how to add Soft-RoCE).
  */
 ZCRPC_API zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 					   zcrpc_worker **out);
@@ -107,15 +118,28 @@ ZCRPC_API void zcrpc_worker_destroy(zcrpc_worker *w);
 
 /**
  * zcrpc_worker_progress - run the worker: CM events, accepts, completions,
- * timers, and the callbacks they cause.
+ * timers, and the callbacks they cause. Each call makes bounded progress on
+ * every source, so steady traffic starves none: the functions posted before
+ * it, at most 64 completions per connection, and the epoll set (CM events,
+ * connect requests, setup-thread results, device events) when it found
+ * nothing else or 100 us passed since it last read it.
  *
  * @timeout_ms: 0 polls once without sleeping (busy-poll mode); > 0 sleeps up
  * to that long on the worker's fd when there is nothing to do; < 0 sleeps
  * until something happens. Returns OK, or INTERNAL if the event loop itself
- * failed (the message is in the worker's error string), or
- * FAILED_PRECONDITION when called from inside a callback.
+ * failed (zcrpc_worker_error() says why), or FAILED_PRECONDITION when called
+ * from inside a callback.
  */
 ZCRPC_API zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms);
+
+/**
+ * zcrpc_worker_error - the worker's error string: the last thing that went
+ * wrong inside it that no status carries in full (why progress returned
+ * INTERNAL, a completion channel that could not be made, an event on a
+ * listener); "" when nothing did, or for NULL. Owned by the worker: valid
+ * until it is destroyed, overwritten by the next such error. Worker thread.
+ */
+ZCRPC_API const char *zcrpc_worker_error(const zcrpc_worker *w);
 
 /** The worker's device context (a borrowed pointer, valid while the worker
  * lives): register memory with it for zcrpc_conn_write(). */

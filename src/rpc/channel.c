@@ -516,12 +516,16 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 
 /* ---- receiving ------------------------------------------------------------ */
 
+/* The server broke the protocol: close the connection, counted, with the
+ * reason as its error text; its calls fail with that text in their
+ * message (on_state). */
 static void protocol_error(zcrpc_channel *ch, zcrpc_conn *conn,
 			   const char *why)
 {
-	(void)ch;
-	(void)why;
-	zcrpc_conn_close(conn);
+	if (conn->state != ZCRPC_CONN_CLOSED && !conn->closing)
+		ch->st.protocol_errors++; /* once per connection */
+	zcrpc__conn_close_error(conn, ZCRPC_INTERNAL,
+				"protocol error from the server: %s", why);
 }
 
 static void on_reply(zcrpc_channel *ch, zcrpc_conn *conn,

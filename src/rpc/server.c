@@ -464,11 +464,14 @@ static void rq_remove(zcrpc_server *s, zcrpc_server_call *c)
 
 /* ---- receiving ------------------------------------------------------------ */
 
+/* The client broke the protocol: close its connection, counted, with the
+ * reason as its error text (on_disconnect gets INTERNAL). */
 static void protocol_error(struct sconn *sc, const char *why)
 {
-	(void)why;
-	sc->s->st.protocol_errors++;
-	zcrpc_conn_close(sc->conn);
+	if (sc->conn->state != ZCRPC_CONN_CLOSED && !sc->conn->closing)
+		sc->s->st.protocol_errors++; /* once per connection */
+	zcrpc__conn_close_error(sc->conn, ZCRPC_INTERNAL,
+				"protocol error from the client: %s", why);
 }
 
 /* Every buffer a request's bulk part is granted passes here, whether it

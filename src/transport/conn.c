@@ -191,6 +191,14 @@ static void notify(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status)
 		c->h.on_state(c, st, status, c->h.arg);
 }
 
+static void peer_closed_detail(zcrpc_conn *c)
+{
+	snprintf(c->detail, sizeof(c->detail), "%s",
+		 c->peer_close_status == ZCRPC_OK
+			 ? PEER_CLOSED
+			 : "the peer closed the connection reporting an error");
+}
+
 void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 {
 	va_list ap;
@@ -205,7 +213,12 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 		/* After the peer's CLOSE, a failed send or receive is its
 		 * disconnect racing the DISCONNECTED event. */
 		st = c->peer_close_status;
-		snprintf(c->detail, sizeof(c->detail), "%s", PEER_CLOSED);
+		peer_closed_detail(c);
+	}
+	if (st == ZCRPC_OK && c->close_status != ZCRPC_OK) {
+		/* An orderly close the application made for a reason. */
+		st = c->close_status;
+		memcpy(c->detail, c->close_detail, sizeof(c->detail));
 	}
 	c->status = st;
 	c->state = ZCRPC_CONN_CLOSED;
@@ -274,7 +287,10 @@ static void on_disconnected(zcrpc_conn *c)
 	if (c->closing)
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed");
 	else if (c->peer_closed)
-		zcrpc__conn_fail(c, c->peer_close_status, PEER_CLOSED);
+		zcrpc__conn_fail(c, c->peer_close_status, "%s",
+				 c->peer_close_status == ZCRPC_OK
+					 ? PEER_CLOSED
+					 : "the peer closed the connection reporting an error");
 	else if (c->features & ZCRPC_FEAT_CLOSE)
 		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
 				 "peer disconnected without closing (its process died or it lost the connection)");
@@ -294,8 +310,12 @@ void zcrpc__conn_on_close_msg(zcrpc_conn *c, const uint8_t *payload)
  * peer reads the disconnect as a loss, as from a peer without the feature. */
 static void send_close(zcrpc_conn *c)
 {
-	uint8_t msg[ZCRPC_CLOSE_MSG_LEN] = {0}; /* status OK, reserved 0 */
+	uint8_t msg[ZCRPC_CLOSE_MSG_LEN] = {0}; /* reserved word 0 */
 	uint64_t seq = c->sq_tail;
+
+	/* OK for an application's close; the reason's status when this side
+	 * closed for one (a protocol error: zcrpc__conn_close_for). */
+	zcrpc__put_le32(msg, (uint32_t)c->close_status);
 
 	if (!(c->features & ZCRPC_FEAT_CLOSE) || c->close_sent ||
 	    c->state != ZCRPC_CONN_ESTABLISHED || c->test_broken)
@@ -305,6 +325,21 @@ static void send_close(zcrpc_conn *c)
 		return;
 	c->close_sent = 1;
 	c->close_seq = seq;
+}
+
+/* The peer disconnected. What it sent before its DREQ is in the CQ by now
+ * (its close waited for its sends to complete, docs/protocol.md §5), but a
+ * busy worker takes completions in bounded shares and reads CM events
+ * between them: deliver the rest before the connection fails. */
+static void drain_before_disconnect(zcrpc_conn *c)
+{
+	int i;
+
+	for (i = 0; i < 1024 && c->cq && !c->torn_down &&
+		    c->state != ZCRPC_CONN_CLOSED;
+	     i++)
+		if (zcrpc__conn_poll(c) == 0)
+			break;
 }
 
 void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
@@ -357,9 +392,8 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 		if (c->state == ZCRPC_CONN_CONNECTING &&
 		    c->auth_phase == ZCRPC_AUTH_CLIENT_WAIT)
 			zcrpc__auth_peer_closed(c); /* the verdict first */
-		if (c->state == ZCRPC_CONN_ESTABLISHED && !c->closing &&
-		    !c->peer_closed && (c->features & ZCRPC_FEAT_CLOSE))
-			zcrpc__conn_poll(c); /* its CLOSE may wait in the CQ */
+		else
+			drain_before_disconnect(c);
 		if (!c->disconnected) {
 			/* librdmacm does not move the QP to error on
 			 * DISCONNECTED: do it, so posted work flushes. */
@@ -428,6 +462,22 @@ void zcrpc_conn_close(zcrpc_conn *c)
 		return;
 	}
 	zcrpc__conn_close_drained(c);
+}
+
+void zcrpc__conn_close_error(zcrpc_conn *c, zcrpc_status st, const char *fmt,
+			     ...)
+{
+	va_list ap;
+
+	if (!c || c->state == ZCRPC_CONN_CLOSED)
+		return;
+	if (c->close_status == ZCRPC_OK) { /* the first reason counts */
+		c->close_status = st;
+		va_start(ap, fmt);
+		vsnprintf(c->close_detail, sizeof(c->close_detail), fmt, ap);
+		va_end(ap);
+	}
+	zcrpc_conn_close(c);
 }
 
 /* The orderly close, once the send queue is empty: rdma_disconnect moves

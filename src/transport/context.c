@@ -13,6 +13,7 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 	zcrpc_context *ctx;
 	int n = 0, i;
 
+	zcrpc__set_last_error("%s", "");
 	if (!out)
 		return ZCRPC_INVALID_ARGUMENT;
 	ctx = calloc(1, sizeof(*ctx));
@@ -30,6 +31,8 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 			rdma_free_devices(ctx->list);
 		pthread_mutex_destroy(&ctx->lock);
 		free(ctx);
+		zcrpc__set_last_error("no RDMA device found (librdmacm lists "
+				      "none); " ZCRPC_NO_DEVICE_HINT);
 		return ZCRPC_UNAVAILABLE; /* no RDMA device, or rdma_ucm missing */
 	}
 	for (i = 0; i < n && ctx->ndev < ZCRPC_MAX_DEVICES; i++) {
@@ -51,6 +54,10 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 		rdma_free_devices(ctx->list);
 		pthread_mutex_destroy(&ctx->lock);
 		free(ctx);
+		zcrpc__set_last_error(
+			"no usable RDMA device: %d found, none could be "
+			"queried or given a protection domain (ulimit -l?)",
+			n);
 		return ZCRPC_UNAVAILABLE;
 	}
 	zcrpc__context_watch_devices(ctx);

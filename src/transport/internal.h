@@ -154,10 +154,12 @@ struct zcrpc_worker {
 	int64_t next_timer_ns;	      /* earliest armed timer, 0 = none */
 	int64_t next_keepalive_ns;    /* next keepalive check, 0 = none */
 	int64_t now_ns;		      /* taken once per progress call */
+	int64_t epoll_due_ns;	      /* busy turns read epoll from then */
 	pthread_mutex_t post_lock;
 	struct zcrpc__post *posts, *posts_tail; /* FIFO, under post_lock */
 	atomic_int has_posts;			 /* posts != NULL, as a hint */
 	int in_progress;
+	int posts_ran; /* this progress call ran posted functions */
 	int need_reap;
 	uint32_t reposts_pending; /* conns waiting for pool slots */
 	zcrpc_conn_stats gone;	  /* totals of freed connections */
@@ -190,6 +192,14 @@ void zcrpc__worker_keepalive_start(zcrpc_worker *w);
 int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src);
 void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Sets what zcrpc_last_error() returns on this thread. */
+void zcrpc__set_last_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+/* How to get a device, for the "no RDMA device" messages. */
+#define ZCRPC_NO_DEVICE_HINT                                                   \
+	"load rdma_ucm and add a device; without RDMA hardware, Soft-RoCE "    \
+	"emulates one over Ethernet: modprobe rdma_rxe && "                    \
+	"rdma link add rxe0 type rxe netdev eth0 (your interface)"
 
 /* device.c */
 zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
@@ -212,6 +222,10 @@ enum zcrpc__msg_type {
 #define ZCRPC_CLOSE_MSG_LEN 8 /* CLOSE payload: status (u32), reserved (u32) */
 
 #define ZCRPC_POLL_BATCH 16
+/* Completions of one connection handled per progress turn, at most (the
+ * rest wait for the next turn, so one busy CQ cannot hold up the others
+ * or the worker's epoll set). */
+#define ZCRPC_POLL_TURN_MAX (4 * ZCRPC_POLL_BATCH)
 
 /* wr_id: receives have the top bit set and their position below; send
  * queue work requests carry their sequence number in the send ring. */
@@ -307,6 +321,10 @@ struct zcrpc_conn {
 	zcrpc_conn_state state;
 	zcrpc_status status;
 	char detail[192];
+	/* Why the application closed it (zcrpc__conn_close_error), reported
+	 * instead of OK "closed" when the close completes. */
+	zcrpc_status close_status;
+	char close_detail[192];
 	unsigned passive : 1;
 	unsigned dead : 1;	   /* destroyed by the user; freed by reap */
 	unsigned closing : 1;	   /* local close sent, waiting DISCONNECTED */
@@ -393,6 +411,10 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void zcrpc__conn_established(zcrpc_conn *c);
+/* zcrpc_conn_close() for a reason (e.g. the RPC layer's protocol errors):
+ * the orderly close, reported as @st and the message when it completes. */
+void zcrpc__conn_close_error(zcrpc_conn *c, zcrpc_status st, const char *fmt,
+			     ...) __attribute__((format(printf, 3, 4)));
 void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			     int status, const void *pdata, size_t pdata_len);
 void zcrpc__conn_teardown(zcrpc_conn *c);

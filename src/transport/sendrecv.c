@@ -1,6 +1,6 @@
 /* zcrpc — the send/recv path of a connection: receives posted from the
  * worker's pool, messages sent from pool slots, credits (docs/protocol.md
- * §3), the send-queue ring with selective signaling, and completions. */
+ * §3), the send-queue ring (every WR signaled), and completions. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -702,6 +702,8 @@ static void handle(zcrpc_conn *c, struct ibv_wc *wc, int n)
 		on_wc(c, &wc[i]);
 }
 
+/* Handles the connection's completions, at most ZCRPC_POLL_TURN_MAX (the
+ * rest stay in the CQ for the next progress turn). Returns how many. */
 int zcrpc__conn_poll(zcrpc_conn *c)
 {
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
@@ -716,7 +718,7 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 		handle(c, wc, n);
 		total += n;
 	}
-	while (!c->torn_down && c->cq) {
+	while (!c->torn_down && c->cq && total < ZCRPC_POLL_TURN_MAX) {
 		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
 		if (n <= 0)
 			break;

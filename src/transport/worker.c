@@ -16,6 +16,13 @@
 #include <unistd.h>
 
 #define ZCRPC_MAX_EVENTS 32
+/* CM events handled per turn, at most (the channel stays readable). */
+#define ZCRPC_CM_EVENTS_PER_TURN 64
+/* A busy turn (one that found completions or posted functions) still reads
+ * the epoll set once this long passed since it was last read, so steady
+ * traffic never starves CM events, accepts, setup-thread results and
+ * device events. */
+#define ZCRPC_EPOLL_PERIOD_NS (100LL * 1000)
 
 int64_t zcrpc__now_ns(void)
 {
@@ -32,6 +39,29 @@ void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(w->err, sizeof(w->err), fmt, ap);
 	va_end(ap);
+}
+
+const char *zcrpc_worker_error(const zcrpc_worker *w)
+{
+	return w ? w->err : "";
+}
+
+/* Why this thread's last zcrpc_worker_create / zcrpc_context_create
+ * failed (zcrpc_last_error). */
+static _Thread_local char last_err[320];
+
+void zcrpc__set_last_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_err, sizeof(last_err), fmt, ap);
+	va_end(ap);
+}
+
+const char *zcrpc_last_error(void)
+{
+	return last_err;
 }
 
 int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src)
@@ -145,6 +175,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	zcrpc_worker *w;
 	zcrpc_status st = ZCRPC_RESOURCE_EXHAUSTED;
 
+	zcrpc__set_last_error("%s", "");
 	if (!out)
 		return ZCRPC_INVALID_ARGUMENT;
 	w = calloc(1, sizeof(*w));
@@ -183,6 +214,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	w->cm_ch = rdma_create_event_channel();
 	if (!w->cm_ch) {
 		st = ZCRPC_UNAVAILABLE; /* no /dev/infiniband/rdma_cm */
+		zcrpc__set_last_error(
+			"no RDMA device found: cannot open the RDMA CM "
+			"(/dev/infiniband/rdma_cm: %s); " ZCRPC_NO_DEVICE_HINT,
+			strerror(errno));
 		goto err_evfd;
 	}
 	if (w->opts.context) {
@@ -352,15 +387,17 @@ int zcrpc_worker_fd(const zcrpc_worker *w)
 	return w ? w->epfd : -1;
 }
 
-/* Drains the worker's CM channel. Each event is copied and acknowledged
- * before it is handled, so handlers may destroy the id. */
+/* Takes up to ZCRPC_CM_EVENTS_PER_TURN events from the worker's CM channel
+ * (the rest keep its fd readable for the next turn). Each event is copied
+ * and acknowledged before it is handled, so handlers may destroy the id. */
 static int handle_cm_events(zcrpc_worker *w)
 {
 	struct rdma_cm_event *ev;
 	uint8_t pdata[256];
 	int n = 0;
 
-	while (rdma_get_cm_event(w->cm_ch, &ev) == 0) {
+	while (n < ZCRPC_CM_EVENTS_PER_TURN &&
+	       rdma_get_cm_event(w->cm_ch, &ev) == 0) {
 		zcrpc_conn *c = ev->id ? ev->id->context : NULL;
 		enum rdma_cm_event_type type = ev->event;
 		int status = ev->status;
@@ -484,6 +521,7 @@ static int run_posts(zcrpc_worker *w)
 	w->posts = w->posts_tail = NULL;
 	atomic_store_explicit(&w->has_posts, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&w->post_lock);
+	w->posts_ran = p != NULL;
 	while (p) {
 		struct zcrpc__post *next = p->next;
 
@@ -565,7 +603,9 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 				;
 			zcrpc__worker_sweep_removed(w);
 			zcrpc__jobs_handle_done(w);
-			run_posts(w);
+			/* At most one batch of posts per progress call. */
+			if (!w->posts_ran)
+				run_posts(w);
 			n++;
 			break;
 		}
@@ -599,11 +639,16 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	if (w->in_progress)
 		return ZCRPC_FAILED_PRECONDITION;
 	w->in_progress = 1;
+	w->posts_ran = 0;
 	w->now_ns = zcrpc__now_ns();
 
+	/* Every source makes bounded progress in every turn: the posts
+	 * queued so far, a bounded share of each CQ, and the epoll set when
+	 * the turn found nothing else or ZCRPC_EPOLL_PERIOD_NS passed. */
 	n = run_posts(w);
 	n += poll_conns(w);
-	if (n == 0) {
+	if (n == 0 || w->now_ns >= w->epoll_due_ns) {
+		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, 0);
 		if (nev > 0)
 			n += handle_ready(w, evs, nev);
@@ -618,6 +663,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 			return ZCRPC_INTERNAL;
 		}
 		w->now_ns = zcrpc__now_ns();
+		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
 		if (nev > 0)
 			handle_ready(w, evs, nev);
 		poll_conns(w);

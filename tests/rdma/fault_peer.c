@@ -9,6 +9,9 @@
  *                           until SIGTERM
  *   client ADDR PORT SEED N N random calls (soak_client_run); prints the
  *                           counts; exit 0 when they balance
+ *   idle ADDR PORT          one Echo call to the soak server at ADDR:PORT,
+ *                           then prints "ready" and keeps the connection
+ *                           up, idle (nothing in flight), until killed
  *   memlock ADDR PORT       under a locked-memory limit of at most
  *                           64 KiB: registration and the pool fail
  *                           RESOURCE_EXHAUSTED naming `ulimit -l` and
@@ -98,6 +101,27 @@ static int run_client(const char *addr, const char *port, const char *seed,
 	rc = soak_client_run(&cfg, &c);
 	soak_counts_print(&c, "child client");
 	return rc;
+}
+
+static int run_idle(const char *addr, const char *port)
+{
+	zcrpc_worker *w = NULL;
+	zcrpc_channel *ch = NULL;
+	zcrpc_result res;
+	zcrpc_status st;
+
+	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
+	    (st = zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK ||
+	    (st = zcrpc_call(ch, zcrpc_method_id(SOAK_ECHO), "idle", 4, NULL,
+			     &res)) != ZCRPC_OK) {
+		fprintf(stderr, "fault peer: idle: %s\n", zcrpc_status_str(st));
+		return 1;
+	}
+	zcrpc_result_free(&res);
+	printf("ready\n");
+	fflush(stdout);
+	for (;;)
+		zcrpc_worker_progress(w, 100);
 }
 
 /* ---- memlock ------------------------------------------------------------ */
@@ -224,10 +248,13 @@ int main(int argc, char **argv)
 		return run_server(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
 	if (argc == 6 && !strcmp(argv[1], "client"))
 		return run_client(argv[2], argv[3], argv[4], argv[5]);
+	if (argc == 4 && !strcmp(argv[1], "idle"))
+		return run_idle(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "memlock"))
 		return run_memlock(argv[2], argv[3]);
 	fprintf(stderr,
-		"usage: %s server ADDR PORT [WINDOW] | client ADDR PORT SEED N | memlock ADDR PORT\n",
+		"usage: %s server ADDR PORT [WINDOW] | client ADDR PORT SEED N "
+		"| idle ADDR PORT | memlock ADDR PORT\n",
 		argv[0]);
 	return 2;
 }
