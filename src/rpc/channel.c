@@ -862,7 +862,7 @@ void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->connect_timeout_ms = 10000;
-	o->window = 1040;
+	o->window = ZCRPC_RPC_DEFAULT_WINDOW;
 	o->max_pending = 4096;
 	o->max_calls = 65536;
 	o->backoff_initial_ms = 100;
@@ -896,8 +896,9 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 		}
 		ch->o = *o;
 	}
-	if (ch->o.connect_timeout_ms <= 0 || ch->o.window < 2 ||
-	    ch->o.window > 32768 || !ch->o.max_calls ||
+	if (ch->o.connect_timeout_ms <= 0 ||
+	    ch->o.window < ZCRPC_MIN_QUEUE_DEPTH ||
+	    ch->o.window > ZCRPC_MAX_QUEUE_DEPTH || !ch->o.max_calls ||
 	    ch->o.max_calls > ZCRPC_MAX_CALL_TABLE - 1 ||
 	    ch->o.backoff_initial_ms <= 0 ||
 	    ch->o.backoff_max_ms < ch->o.backoff_initial_ms ||

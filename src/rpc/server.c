@@ -1321,7 +1321,7 @@ void zcrpc_server_opts_init(zcrpc_server_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
-	o->window = 1040;
+	o->window = ZCRPC_RPC_DEFAULT_WINDOW;
 	o->bulk_threshold = 16384;
 }
 
@@ -1338,12 +1338,13 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_server_opts_init(&s->o);
 	if (o) {
-		if (o->size < sizeof(*o) || o->window < 2 || o->window > 32768 ||
+		if (o->size < sizeof(*o) || o->window < ZCRPC_MIN_QUEUE_DEPTH ||
+		    o->window > ZCRPC_MAX_QUEUE_DEPTH ||
 		    (!o->psk && o->psk_len) ||
 		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
 				o->psk_len > ZCRPC_PSK_MAX)) ||
-		    o->handshake_timeout_ms < 0 || o->bulk_write_timeout_ms < 0 ||
-		    o->idle_release_ms < 0) {
+		    o->handshake_timeout_ms < 0 ||
+		    o->bulk_write_timeout_ms < 0 || o->idle_release_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}

@@ -323,7 +323,7 @@ static void client_result(zcrpc_conn *c, uint32_t pos, const uint8_t *p,
 					 : "unknown status");
 		return;
 	}
-	if (depth < c->peer_recv_depth || depth > 32768 ||
+	if (depth < c->peer_recv_depth || depth > ZCRPC_MAX_QUEUE_DEPTH ||
 	    got > depth - c->credits) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: authentication reply grants %u credits of a %u-slot window",

@@ -224,6 +224,9 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	c->state = ZCRPC_CONN_CLOSED;
 	c->deadline_ns = 0;
 	c->w->need_reap = 1;
+	zcrpc__log(st == ZCRPC_OK ? ZCRPC_LOG_INFO : ZCRPC_LOG_ERROR,
+		   "connection %p closed: %s (%s)", (void *)c,
+		   zcrpc_status_str(st), c->detail);
 	zcrpc__job_abandon(c);
 	if (was_accepting) {
 		/* Never handed to the application: nobody will destroy it. */
@@ -476,6 +479,8 @@ void zcrpc__conn_close_error(zcrpc_conn *c, zcrpc_status st, const char *fmt,
 		va_start(ap, fmt);
 		vsnprintf(c->close_detail, sizeof(c->close_detail), fmt, ap);
 		va_end(ap);
+		zcrpc__log(ZCRPC_LOG_WARN, "connection %p closing: %s (%s)",
+			   (void *)c, zcrpc_status_str(st), c->close_detail);
 	}
 	zcrpc_conn_close(c);
 }

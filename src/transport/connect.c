@@ -202,8 +202,9 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 			return ZCRPC_INVALID_ARGUMENT;
 		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
 		o.size = sizeof(o);
-		if ((o.recv_depth && (o.recv_depth < 2 || o.recv_depth > 32768)) ||
-		    o.send_depth > 32768)
+		if ((o.recv_depth && (o.recv_depth < ZCRPC_MIN_QUEUE_DEPTH ||
+				      o.recv_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
+		    o.send_depth > ZCRPC_MAX_QUEUE_DEPTH)
 			return ZCRPC_INVALID_ARGUMENT;
 	}
 	job = calloc(1, sizeof(*job));

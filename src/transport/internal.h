@@ -15,6 +15,8 @@
 #include "hello.h"
 #include "mempool.h"
 #include "test_hooks.h"
+#include "../core/limits.h"
+#include "../core/log.h"
 #include "zcrpc/transport.h"
 
 /* ---- context.c: devices shared by workers ---------------------------- */

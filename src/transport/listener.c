@@ -220,12 +220,15 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 	if (!l->opts.handshake_timeout_ms)
 		l->opts.handshake_timeout_ms = ZCRPC_HANDSHAKE_TIMEOUT_MS;
 	if ((l->opts.recv_depth &&
-	     (l->opts.recv_depth < 2 || l->opts.recv_depth > 32768)) ||
-	    l->opts.send_depth > 32768 || l->opts.handshake_timeout_ms < 0 ||
+	     (l->opts.recv_depth < ZCRPC_MIN_QUEUE_DEPTH ||
+	      l->opts.recv_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
+	    l->opts.send_depth > ZCRPC_MAX_QUEUE_DEPTH ||
+	    l->opts.handshake_timeout_ms < 0 ||
 	    (!l->opts.psk && l->opts.psk_len) ||
-	    (l->opts.psk && (l->opts.psk_len < ZCRPC_PSK_MIN ||
-			     l->opts.psk_len > ZCRPC_PSK_MAX ||
-			     w->opts.max_msg < ZCRPC_AUTH_HDR_LEN + ZCRPC_IDENTITY_MAX))) {
+	    (l->opts.psk &&
+	     (l->opts.psk_len < ZCRPC_PSK_MIN ||
+	      l->opts.psk_len > ZCRPC_PSK_MAX ||
+	      w->opts.max_msg < ZCRPC_AUTH_HDR_LEN + ZCRPC_IDENTITY_MAX))) {
 		free(l);
 		return ZCRPC_INVALID_ARGUMENT;
 	}

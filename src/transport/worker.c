@@ -39,6 +39,7 @@ void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(w->err, sizeof(w->err), fmt, ap);
 	va_end(ap);
+	zcrpc__log(ZCRPC_LOG_WARN, "worker %p: %s", (void *)w, w->err);
 }
 
 const char *zcrpc_worker_error(const zcrpc_worker *w)
@@ -139,9 +140,9 @@ void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
 
 static zcrpc_status check_opts(const zcrpc_worker_opts *o)
 {
-	if (o->size < sizeof(*o) || o->recv_depth < 2 ||
-	    o->recv_depth > 32768 || o->send_depth < 1 ||
-	    o->send_depth > 32768 || o->max_msg < 1 ||
+	if (o->size < sizeof(*o) || o->recv_depth < ZCRPC_MIN_QUEUE_DEPTH ||
+	    o->recv_depth > ZCRPC_MAX_QUEUE_DEPTH || o->send_depth < 1 ||
+	    o->send_depth > ZCRPC_MAX_QUEUE_DEPTH || o->max_msg < 1 ||
 	    o->max_msg > 8u * 1024 * 1024 || o->retry_count > 6 ||
 	    o->rnr_retry_count > 7 || o->ack_timeout > 31 ||
 	    o->pool_max_slots < 2 || o->pool_max_slots > 0xffffffU)
