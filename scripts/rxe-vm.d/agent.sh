@@ -16,6 +16,8 @@
 #   host/ID.req  a request for the host (freeze-peer, thaw-peer, link-down,
 #              link-up); the host answers in ID.rc (status, then a message)
 #   b/ready    guest B's agent is serving; b/shutdown asks it to stop
+#   rxe-vm-ctl, rxe-vm-hostctl  copies of the control CLI ($ZCRPC_VMCTL in
+#              guest A) and of the host's request server
 
 # Guest A, before COMMAND: wait until guest B's agent serves (or B failed).
 wait_for_peer() {
