@@ -176,7 +176,7 @@ zrun zcrpc-rpc-bw 900 "$bin/zcrpc_bench_rpc" -m bw -s "$z_bw_sizes" -B "$bw_tota
 # One server process (gRPC's synchronous server) on A0, the clients in
 # sequence as separate processes. Their TCP traffic crosses the veth pair:
 # for the gRPC ports only, a rule sends locally sent packets to A0 out of
-# A1's veth (table 100 of scripts/rxe-vm's route_across_veth), so the
+# A1's veth (table 100 of scripts/rxe-vm.d/rxe.sh's route_across_veth), so the
 # client's source is A1; the server's replies to A1 take the existing rule
 # back. veth byte counters before and after prove it (grpc-link.txt).
 grpc_run() { # grpc_run ID TIMEOUT ARGS...
