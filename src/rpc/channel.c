@@ -6,7 +6,6 @@
  * reply to a finished call is recognised and dropped), a bounded queue of
  * calls waiting for a connection or credits, and a bulk-buffer cache. */
 #include "rpc_internal.h"
-#include "../transport/test_hooks.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -484,7 +483,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 	 * do when a server goes away: retrying elsewhere may succeed; the
 	 * message tells the two apart. */
 	never_up = conn == ch->conn && !ch->conn_up;
-	by_server = st == ZCRPC_OK && conn->peer_closed;
+	by_server = st == ZCRPC_OK && zcrpc__conn_peer_closed(conn);
 	snprintf(why, sizeof(why), "%s %s:%s%s: %s",
 		 never_up ? "could not connect to" : "connection to", ch->host,
 		 ch->port, never_up ? "" : by_server ? " closed by the server" : " lost",
@@ -522,10 +521,11 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 static void protocol_error(zcrpc_channel *ch, zcrpc_conn *conn,
 			   const char *why)
 {
-	if (conn->state != ZCRPC_CONN_CLOSED && !conn->closing)
+	if (zcrpc_conn_state_get(conn) != ZCRPC_CONN_CLOSED &&
+	    !zcrpc__conn_closing(conn))
 		ch->st.protocol_errors++; /* once per connection */
-	zcrpc__conn_close_error(conn, ZCRPC_INTERNAL,
-				"protocol error from the server: %s", why);
+	zcrpc__conn_abort(conn, ZCRPC_INTERNAL,
+			  "protocol error from the server: %s", why);
 }
 
 static void on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
@@ -584,7 +584,8 @@ static void on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
 		}
 		/* Bytes a split write may skip must not show what the
 		 * memory held before (docs/protocol.md §4). */
-		zcrpc__bulk_scrub((uint8_t *)mr->addr + off, (size_t)f->bulk_len,
+		zcrpc__bulk_scrub((uint8_t *)zcrpc__mr_addr(mr) + off,
+				  (size_t)f->bulk_len,
 				  zcrpc_conn_write_piece(conn));
 		if (zcrpc_mr_grant(mr, conn, off, f->bulk_len, &r,
 				   &c->reply_grant) != ZCRPC_OK) {
@@ -797,7 +798,8 @@ static void on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 		return;
 	}
 	bulk = c->dst_buf ? c->dst_buf->ptr
-			  : (const uint8_t *)c->reply_into.mr->addr + c->reply_into.offset;
+			  : (const uint8_t *)zcrpc__mr_addr(c->reply_into.mr) +
+				    c->reply_into.offset;
 	/* c->reply points into the kept receive slot, valid until
 	 * free_call releases it. */
 	complete_with_reply(ch, c, &c->reply, bulk, (size_t)c->reply.bulk_len);
@@ -837,8 +839,9 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 			 * answers revokes, which may free other zombies: scan
 			 * again on the next run. */
 			c->zombie_deadline_ns = now + ZCRPC_GRANT_GRACE_NS;
-			if (!c->conn->closing &&
-			    c->conn->state == ZCRPC_CONN_ESTABLISHED) {
+			if (!zcrpc__conn_closing(c->conn) &&
+			    zcrpc_conn_state_get(c->conn) ==
+				    ZCRPC_CONN_ESTABLISHED) {
 				ch->st.grant_timeouts++;
 				zcrpc_conn_close(c->conn);
 				next_due = now;
@@ -1012,19 +1015,17 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	if (mdl == (size_t)-1 || co.timeout_us < 0)
 		return ZCRPC_INVALID_ARGUMENT;
 	if (co.attachment &&
-	    (!co.attachment->mr || !co.attachment->len ||
-	     co.attachment->offset > co.attachment->mr->len ||
-	     co.attachment->len > co.attachment->mr->len - co.attachment->offset ||
-	     co.attachment->mr->ctx != zcrpc_worker_context(ch->w)))
+	    (!co.attachment->len ||
+	     !zcrpc__mr_covers(co.attachment->mr, zcrpc_worker_context(ch->w),
+			       co.attachment->offset, co.attachment->len, 0)))
 		return ZCRPC_INVALID_ARGUMENT;
 	if (co.reply_into &&
-	    (!co.reply_into->mr || !(co.reply_into->mr->flags & ZCRPC_MR_REMOTE_WRITE) ||
-	     co.reply_into->offset > co.reply_into->mr->len ||
-	     co.reply_into->len > co.reply_into->mr->len - co.reply_into->offset ||
-	     co.reply_into->mr->ctx != zcrpc_worker_context(ch->w)))
+	    !zcrpc__mr_covers(co.reply_into->mr, zcrpc_worker_context(ch->w),
+			      co.reply_into->offset, co.reply_into->len,
+			      ZCRPC_MR_REMOTE_WRITE))
 		return ZCRPC_INVALID_ARGUMENT;
-	inline_cap = ch->w->opts.max_msg - ZCRPC_FRAME_HDR_LEN - mdl;
-	if (ch->w->opts.max_msg < ZCRPC_FRAME_HDR_LEN + mdl)
+	inline_cap = zcrpc__worker_max_msg(ch->w) - ZCRPC_FRAME_HDR_LEN - mdl;
+	if (zcrpc__worker_max_msg(ch->w) < ZCRPC_FRAME_HDR_LEN + mdl)
 		return ZCRPC_INVALID_ARGUMENT;
 	if ((len > ch->o.bulk_threshold || len > inline_cap) && co.attachment)
 		return ZCRPC_INVALID_ARGUMENT; /* one bulk part per message */
@@ -1198,7 +1199,7 @@ zcrpc_status zcrpc_call(zcrpc_channel *ch, uint32_t method, const void *req,
 	if (!ch || !out)
 		return ZCRPC_INVALID_ARGUMENT;
 	memset(out, 0, sizeof(*out));
-	if (ch->w->in_progress) {
+	if (zcrpc__worker_in_progress(ch->w)) {
 		out->status = ZCRPC_FAILED_PRECONDITION;
 		out->message = strdup("synchronous call from inside a callback of the same worker");
 		return ZCRPC_FAILED_PRECONDITION;
@@ -1233,6 +1234,7 @@ void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out)
 		*out = ch->st;
 }
 
+/* A test hook, declared in src/transport/test_hooks.h. */
 void zcrpc__channel_test_dump(zcrpc_channel *ch, FILE *out)
 {
 	static const char *const names[] = {"free", "queued", "sent", "writing",

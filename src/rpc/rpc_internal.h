@@ -6,9 +6,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../transport/internal.h"
+#include "../core/limits.h"
+#include "../transport/seam.h"
 #include "frame.h"
 #include "zcrpc/rpc.h"
+#include "zcrpc/transport.h"
 
 /* Call references on the wire: index (20 bits) | generation (12 bits),
  * generations start at 1, so 0 never names a call. */

@@ -468,10 +468,11 @@ static void rq_remove(zcrpc_server *s, zcrpc_server_call *c)
  * reason as its error text (on_disconnect gets INTERNAL). */
 static void protocol_error(struct sconn *sc, const char *why)
 {
-	if (sc->conn->state != ZCRPC_CONN_CLOSED && !sc->conn->closing)
+	if (zcrpc_conn_state_get(sc->conn) != ZCRPC_CONN_CLOSED &&
+	    !zcrpc__conn_closing(sc->conn))
 		sc->s->st.protocol_errors++; /* once per connection */
-	zcrpc__conn_close_error(sc->conn, ZCRPC_INTERNAL,
-				"protocol error from the client: %s", why);
+	zcrpc__conn_abort(sc->conn, ZCRPC_INTERNAL,
+			  "protocol error from the client: %s", why);
 }
 
 /* Every buffer a request's bulk part is granted passes here, whether it
@@ -944,7 +945,7 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		/* The bulk cache and the worker's pool follow the working
 		 * size: what stayed free for idle_ns goes back. */
 		zcrpc__bulk_trim(&s->bulk, now, s->idle_ns);
-		zcrpc__pool_trim(s->w->pool, now, s->idle_ns);
+		zcrpc__worker_pool_trim(s->w, now, s->idle_ns);
 		s->next_trim_ns = now + s->idle_ns / 2;
 	}
 	if (s->npframes || s->bulk.growing)
@@ -1176,7 +1177,7 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		st = ZCRPC_INVALID_ARGUMENT;
 		goto err_reply;
 	}
-	inline_cap = s->w->opts.max_msg - ZCRPC_FRAME_HDR_LEN - mdl;
+	inline_cap = zcrpc__worker_max_msg(s->w) - ZCRPC_FRAME_HDR_LEN - mdl;
 	if (status == ZCRPC_OK && (len > s->o.bulk_threshold || len > inline_cap)) {
 		if (ro.attachment) {
 			st = ZCRPC_INVALID_ARGUMENT;
@@ -1190,9 +1191,10 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		f.bulk_len = len;
 		len = 0;
 	} else if (ro.attachment) {
-		if (!ro.attachment->mr || !ro.attachment->len ||
-		    ro.attachment->offset > ro.attachment->mr->len ||
-		    ro.attachment->len > ro.attachment->mr->len - ro.attachment->offset) {
+		if (!ro.attachment->len ||
+		    !zcrpc__mr_covers(ro.attachment->mr, NULL,
+				      ro.attachment->offset, ro.attachment->len,
+				      0)) {
 			st = ZCRPC_INVALID_ARGUMENT;
 			goto err_reply;
 		}
@@ -1458,7 +1460,7 @@ zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms)
 
 	if (!s)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (s->w->in_progress)
+	if (zcrpc__worker_in_progress(s->w))
 		return ZCRPC_FAILED_PRECONDITION;
 	s->shutting_down = 1;
 	zcrpc_listener_destroy(s->l);
@@ -1536,6 +1538,6 @@ void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
 		out->bulk_pinned = b.pinned;
 		out->bulk_in_use = b.in_use;
 		out->bulk_released = b.released;
-		out->pool_pinned = zcrpc__pool_pinned(s->w->pool);
+		out->pool_pinned = zcrpc__worker_pool_pinned(s->w);
 	}
 }
