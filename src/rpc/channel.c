@@ -30,7 +30,6 @@ enum cstate {
 #define ZCRPC_GRANT_GRACE_NS (10000LL * 1000000LL)
 
 struct ccall {
-	uint32_t gen;
 	uint8_t state;
 	uint8_t sync;
 	struct ccall *next, *prev; /* active list, or done list */
@@ -80,8 +79,7 @@ struct zcrpc_channel {
 	zcrpc_conn *draining; /* after GOAWAY */
 	int64_t next_attempt_ns;
 	int backoff_ms, attempts;
-	struct ccall *calls;
-	uint32_t ncalls, *free_idx, nfree;
+	struct zcrpc__call_table calls;	 /* of struct ccall */
 	struct ccall *active;		 /* sent or queued, not done */
 	struct ccall *done_head, *done_tail; /* waiting for their callback */
 	struct ccall *q_head, *q_tail;	 /* pending, in order */
@@ -103,20 +101,17 @@ struct zcrpc_channel {
 
 static uint32_t ref_of(const zcrpc_channel *ch, const struct ccall *c)
 {
-	return ZCRPC_REF((uint32_t)(c - ch->calls), c->gen);
+	return zcrpc__call_table_ref(&ch->calls, c);
 }
 
 static struct ccall *lookup(zcrpc_channel *ch, uint32_t ref)
 {
-	uint32_t idx = ZCRPC_REF_IDX(ref);
-	struct ccall *c;
+	return zcrpc__call_table_lookup(&ch->calls, ref);
+}
 
-	if (idx >= ch->ncalls)
-		return NULL;
-	c = &ch->calls[idx];
-	if (c->state == CS_FREE || c->gen != ZCRPC_REF_GEN(ref))
-		return NULL;
-	return c;
+static struct ccall *call_at(zcrpc_channel *ch, uint32_t idx)
+{
+	return zcrpc__call_table_at(&ch->calls, idx);
 }
 
 static void list_del(struct ccall **head, struct ccall *c)
@@ -176,10 +171,7 @@ static void free_call(zcrpc_channel *ch, struct ccall *c)
 	c->reply_grant = NULL;
 	release_buffers(ch, c);
 	c->state = CS_FREE;
-	c->gen = (c->gen + 1) & 0xfffU;
-	if (!c->gen)
-		c->gen = 1;
-	ch->free_idx[ch->nfree++] = (uint32_t)(c - ch->calls);
+	zcrpc__call_table_release(&ch->calls, c);
 	ch->st.in_flight--;
 }
 
@@ -428,8 +420,8 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 	uint32_t i;
 	int current = conn == ch->conn;
 
-	for (i = 0; i < ch->ncalls; i++) {
-		struct ccall *c = &ch->calls[i];
+	for (i = 0; i < ch->calls.n; i++) {
+		struct ccall *c = call_at(ch, i);
 
 		if (c->state == CS_FREE || c->conn != conn)
 			continue;
@@ -925,25 +917,18 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	ch->port = strdup(port);
 	ch->src_addr = ch->o.src_addr ? strdup(ch->o.src_addr) : NULL;
 	ch->o.src_addr = NULL;
-	ch->ncalls = ch->o.max_calls;
-	ch->calls = calloc(ch->ncalls, sizeof(*ch->calls));
-	ch->free_idx = malloc(sizeof(uint32_t) * ch->ncalls);
-	if (!ch->host || !ch->port || (o && o->src_addr && !ch->src_addr) ||
-	    !ch->calls || !ch->free_idx) {
+	if (zcrpc__call_table_init(&ch->calls, ch->o.max_calls,
+				   sizeof(struct ccall)) != ZCRPC_OK ||
+	    !ch->host || !ch->port || (o && o->src_addr && !ch->src_addr)) {
+		zcrpc__call_table_fini(&ch->calls);
 		free(ch->host);
 		free(ch->port);
 		free(ch->src_addr);
-		free(ch->calls);
-		free(ch->free_idx);
 		free(ch);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	for (i = 0; i < ch->ncalls; i++) {
-		ch->calls[i].gen = 1;
-		ch->calls[i].ch = ch;
-		ch->free_idx[ch->ncalls - 1 - i] = i;
-	}
-	ch->nfree = ch->ncalls;
+	for (i = 0; i < ch->calls.n; i++)
+		call_at(ch, i)->ch = ch;
 	ch->rng = (uint64_t)zcrpc__now_ns() | 1;
 	zcrpc__bulk_init(&ch->bulk, zcrpc_worker_context(w), (size_t)2 << 30);
 	ch->timer.fn = on_timer;
@@ -958,8 +943,8 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	if (!ch)
 		return;
 	ch->destroying = 1;
-	for (i = 0; i < ch->ncalls; i++) {
-		struct ccall *c = &ch->calls[i];
+	for (i = 0; i < ch->calls.n; i++) {
+		struct ccall *c = call_at(ch, i);
 
 		if (c->state == CS_WRITING || c->state == CS_REPLY_REVOKING)
 			c->state = CS_SENT; /* its connection goes below */
@@ -968,15 +953,14 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 			complete(ch, c, ZCRPC_CANCELLED, "channel destroyed");
 	}
 	run_done(ch);
-	for (i = 0; i < ch->ncalls; i++)
-		if (ch->calls[i].state != CS_FREE)
-			free_call(ch, &ch->calls[i]);
+	for (i = 0; i < ch->calls.n; i++)
+		if (call_at(ch, i)->state != CS_FREE)
+			free_call(ch, call_at(ch, i));
 	zcrpc__timer_stop(ch->w, &ch->timer);
 	zcrpc_conn_destroy(ch->conn);
 	zcrpc_conn_destroy(ch->draining);
 	zcrpc__bulk_fini(&ch->bulk);
-	free(ch->calls);
-	free(ch->free_idx);
+	zcrpc__call_table_fini(&ch->calls);
 	free(ch->host);
 	free(ch->port);
 	free(ch->src_addr);
@@ -1033,14 +1017,14 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		ch->st.queue_full++;
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	if (!ch->nfree)
+	c = zcrpc__call_table_peek(&ch->calls);
+	if (!c)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 
-	c = &ch->calls[ch->free_idx[ch->nfree - 1]];
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_REQUEST;
 	f.method_id = method;
-	f.call_id = ZCRPC_REF((uint32_t)(c - ch->calls), c->gen);
+	f.call_id = ref_of(ch, c);
 	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
 	f.deadline_us = timeout_us > 0xffffffffLL ? 0xffffffffU : (uint32_t)timeout_us;
 	c->payload_in_bulk = 0;
@@ -1078,7 +1062,7 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		c->src_buf = NULL;
 		return st;
 	}
-	ch->nfree--;
+	zcrpc__call_table_take(&ch->calls);
 	c->cb = cb;
 	c->arg = arg;
 	c->sync = 0;
@@ -1244,8 +1228,8 @@ void zcrpc__channel_test_dump(zcrpc_channel *ch, FILE *out)
 
 	fprintf(out, "channel: conn %p up %d draining %p q_len %u\n",
 		(void *)ch->conn, ch->conn_up, (void *)ch->draining, ch->q_len);
-	for (i = 0; i < ch->ncalls; i++) {
-		struct ccall *c = &ch->calls[i];
+	for (i = 0; i < ch->calls.n; i++) {
+		struct ccall *c = zcrpc__call_table_at(&ch->calls, i);
 
 		if (c->state == CS_FREE)
 			continue;

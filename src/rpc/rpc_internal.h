@@ -8,16 +8,10 @@
 
 #include "../core/limits.h"
 #include "../transport/seam.h"
+#include "call_table.h"
 #include "frame.h"
 #include "zcrpc/rpc.h"
 #include "zcrpc/transport.h"
-
-/* Call references on the wire: index (20 bits) | generation (12 bits),
- * generations start at 1, so 0 never names a call. */
-#define ZCRPC_REF(idx, gen) (((uint32_t)(gen) << 20) | (uint32_t)(idx))
-#define ZCRPC_REF_IDX(r) ((r)&0xfffffU)
-#define ZCRPC_REF_GEN(r) ((r) >> 20)
-#define ZCRPC_MAX_CALL_TABLE (1U << 20)
 
 /* ---- bulk.c: registered buffers for RDMA-write payloads ----------------- */
 

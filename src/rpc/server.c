@@ -36,7 +36,6 @@ enum sstate {
 struct sconn;
 
 struct zcrpc_server_call {
-	uint32_t gen;
 	uint8_t state;
 	atomic_uchar cancelled; /* any thread reads it (call_cancelled) */
 	uint8_t bulk_bad; /* its part's write carried the wrong byte count */
@@ -111,8 +110,7 @@ struct zcrpc_server {
 	struct method *methods;
 	size_t nmethods, cap_methods;
 	struct sconn *conns;
-	zcrpc_server_call *calls;
-	uint32_t ncalls, *free_idx, nfree;
+	struct zcrpc__call_table calls;	      /* of zcrpc_server_call */
 	zcrpc_server_call *rq_head, *rq_tail; /* waiting for a handler slot */
 	struct zcrpc__bulk_cache bulk;
 	struct zcrpc__timer timer; /* deferred frames, buffers registered
@@ -132,20 +130,12 @@ struct zcrpc_server {
 
 static uint32_t sref(const zcrpc_server *s, const zcrpc_server_call *c)
 {
-	return ZCRPC_REF((uint32_t)(c - s->calls), c->gen);
+	return zcrpc__call_table_ref(&s->calls, c);
 }
 
 static zcrpc_server_call *slookup(zcrpc_server *s, uint32_t ref)
 {
-	uint32_t idx = ZCRPC_REF_IDX(ref);
-	zcrpc_server_call *c;
-
-	if (idx >= s->ncalls)
-		return NULL;
-	c = &s->calls[idx];
-	if (c->state == SS_FREE || c->gen != ZCRPC_REF_GEN(ref))
-		return NULL;
-	return c;
+	return zcrpc__call_table_lookup(&s->calls, ref);
 }
 
 static const struct method *find_method(const zcrpc_server *s, uint32_t id)
@@ -362,10 +352,7 @@ static void call_free(zcrpc_server *s, zcrpc_server_call *c)
 	memset((char *)c + offsetof(zcrpc_server_call, state), 0,
 	       sizeof(*c) - offsetof(zcrpc_server_call, state));
 	c->state = SS_FREE;
-	c->gen = (c->gen + 1) & 0xfffU;
-	if (!c->gen)
-		c->gen = 1;
-	s->free_idx[s->nfree++] = (uint32_t)(c - s->calls);
+	zcrpc__call_table_release(&s->calls, c);
 }
 
 static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
@@ -622,12 +609,12 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 			    "server is shutting down");
 		return;
 	}
-	if (!s->nfree) {
+	c = zcrpc__call_table_take(&s->calls);
+	if (!c) {
 		send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
 			    ZCRPC_RESOURCE_EXHAUSTED, "too many calls at the server");
 		return;
 	}
-	c = &s->calls[s->free_idx[--s->nfree]];
 	c->s = s;
 	c->sc = sc;
 	c->m = m;
@@ -1331,7 +1318,6 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 				 zcrpc_server **out)
 {
 	zcrpc_server *s;
-	uint32_t i;
 
 	if (!w || !out)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -1357,20 +1343,11 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		}
 	}
 	s->w = w;
-	s->ncalls = 65536;
-	s->calls = calloc(s->ncalls, sizeof(*s->calls));
-	s->free_idx = malloc(sizeof(uint32_t) * s->ncalls);
-	if (!s->calls || !s->free_idx) {
-		free(s->calls);
-		free(s->free_idx);
+	if (zcrpc__call_table_init(&s->calls, 65536,
+				   sizeof(zcrpc_server_call)) != ZCRPC_OK) {
 		free(s);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	for (i = 0; i < s->ncalls; i++) {
-		s->calls[i].gen = 1;
-		s->free_idx[s->ncalls - 1 - i] = i;
-	}
-	s->nfree = s->ncalls;
 	if (!s->o.bulk_cache_max)
 		s->o.bulk_cache_max = (size_t)2 << 30;
 	s->conn_max = s->o.bulk_conn_max ? s->o.bulk_conn_max
@@ -1450,7 +1427,7 @@ uint16_t zcrpc_server_port(const zcrpc_server *s)
 
 static uint32_t calls_alive(const zcrpc_server *s)
 {
-	return s->ncalls - s->nfree;
+	return zcrpc__call_table_used(&s->calls);
 }
 
 zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms)
@@ -1510,17 +1487,19 @@ void zcrpc_server_destroy(zcrpc_server *s)
 		sconn_free(sc);
 		zcrpc_conn_destroy(conn);
 	}
-	for (i = 0; i < s->ncalls; i++)
-		if (s->calls[i].state != SS_FREE) {
-			s->calls[i].on_done = NULL;
-			call_free(s, &s->calls[i]);
+	for (i = 0; i < s->calls.n; i++) {
+		zcrpc_server_call *c = zcrpc__call_table_at(&s->calls, i);
+
+		if (c->state != SS_FREE) {
+			c->on_done = NULL;
+			call_free(s, c);
 		}
+	}
 	zcrpc__bulk_fini(&s->bulk);
 	for (i = 0; i < s->nmethods; i++)
 		free(s->methods[i].name);
 	free(s->methods);
-	free(s->calls);
-	free(s->free_idx);
+	zcrpc__call_table_fini(&s->calls);
 	explicit_bzero(s->psk, sizeof(s->psk));
 	free(s);
 }
