@@ -11,14 +11,16 @@
 #   - the seam's: zcrpc__* declared in src/transport/seam.h,
 #   - or the C library's (libc, pthread), linker or sanitizer runtime names;
 #     protobuf-c only in the protobuf-c glue (pb_*, which moves to src/pb).
-# Usage: seam_check.sh SOURCE_DIR BUILD_DIR
+# Usage: seam_check.sh SOURCE_DIR OBJECTS
+#   OBJECTS: the library's objects, ;-separated (ctest passes
+#   $<TARGET_OBJECTS:zcrpc_objects>), or a build directory to search.
 set -euo pipefail
 src=$1
-build=$2
+objs=$2
 fail=0
 
 # ---- sources ---------------------------------------------------------------
-if grep -rn 'transport/internal\.h' "$src/src/rpc"; then
+if grep -rn --include='*.[ch]' '#include.*transport/internal\.h' "$src/src/rpc"; then
 	echo "FAIL: src/rpc includes src/transport/internal.h (use seam.h)" >&2
 	fail=1
 fi
@@ -31,13 +33,24 @@ while IFS= read -r line; do
 		fail=1
 		;;
 	esac
-done < <(grep -rn '#include.*transport/' "$src/src/rpc" || true)
+done < <(grep -rn --include='*.[ch]' '#include.*transport/' "$src/src/rpc" || true)
 
 # ---- objects ---------------------------------------------------------------
-mapfile -t rpc_objs < <(find "$build" -path '*/zcrpc_objects.dir/src/rpc/*.o' | sort)
-mapfile -t core_objs < <(find "$build" -path '*/zcrpc_objects.dir/src/core/*.o' | sort)
+if [ -d "$objs" ]; then
+	mapfile -t all < <(find "$objs" -path '*/zcrpc_objects.dir/src/*.o' | sort)
+else
+	IFS=';' read -r -a all <<<"$objs"
+fi
+rpc_objs=()
+core_objs=()
+for o in "${all[@]}"; do
+	case $o in
+	*/src/rpc/*.o) rpc_objs+=("$o") ;;
+	*/src/core/*.o) core_objs+=("$o") ;;
+	esac
+done
 if [ "${#rpc_objs[@]}" -eq 0 ]; then
-	echo "FAIL: no src/rpc objects under $build (build the library first)" >&2
+	echo "FAIL: no src/rpc objects in $objs (build the library first)" >&2
 	exit 1
 fi
 libc=$(ldd /bin/sh | awk '/libc\.so/ { print $3; exit }')
