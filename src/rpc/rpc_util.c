@@ -60,7 +60,7 @@ zcrpc_status zcrpc__out_build(zcrpc_worker *w, struct zcrpc_frame *f,
 	if (mdl == (size_t)-1)
 		return ZCRPC_INVALID_ARGUMENT;
 	total = ZCRPC_FRAME_HDR_LEN + mdl + plen;
-	if (total > w->opts.max_msg)
+	if (total > zcrpc__worker_max_msg(w))
 		return ZCRPC_INVALID_ARGUMENT;
 	st = zcrpc_msg_alloc(w, total, &out->msg);
 	if (st != ZCRPC_OK)

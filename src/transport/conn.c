@@ -39,6 +39,7 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 
 	if (!c)
 		return NULL;
+	c->base.ops = &zcrpc__rdma_conn_ops;
 	c->w = w;
 	if (h)
 		zcrpc__copy_handlers(&c->h, h);

@@ -14,6 +14,7 @@
 #include "auth.h"
 #include "hello.h"
 #include "mempool.h"
+#include "seam.h"
 #include "test_hooks.h"
 #include "../core/limits.h"
 #include "../core/log.h"
@@ -173,21 +174,11 @@ struct zcrpc_worker {
 	char err[192];
 };
 
-/* timer.c: one-shot timers for the RPC layer, run from progress. */
-struct zcrpc__timer {
-	struct zcrpc__timer *next, *prev;
-	int64_t due_ns; /* 0 = not armed */
-	void (*fn)(struct zcrpc__timer *t, int64_t now);
-	unsigned linked : 1;
-};
-
-void zcrpc__timer_start(zcrpc_worker *w, struct zcrpc__timer *t,
-			int64_t due_ns);
-void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
+/* timer.c: the RPC layer's timers (struct zcrpc__timer, start and stop in
+ * seam.h), run from progress. */
 void zcrpc__timers_run(zcrpc_worker *w, int64_t now);
 void zcrpc__worker_rearm(zcrpc_worker *w);
 
-int64_t zcrpc__now_ns(void);
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c);
 void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns);
 void zcrpc__worker_keepalive_start(zcrpc_worker *w);
@@ -316,6 +307,7 @@ void zcrpc__mw_dealloc(zcrpc_conn *c);
 void zcrpc__mw_free(zcrpc_conn *c);
 
 struct zcrpc_conn {
+	struct zcrpc__conn_base base; /* first: its verbs (seam.h) */
 	zcrpc_worker *w;
 	zcrpc_conn *next, *prev;  /* worker->conns */
 	zcrpc_listener *listener; /* passive side, until accepted */
@@ -402,6 +394,9 @@ struct zcrpc_listener {
 	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
 	uint32_t handshakes;	    /* accepted connections not yet handed over */
 };
+
+/* seam.c: the verbs of every RDMA connection (conn.c sets base.ops). */
+extern const struct zcrpc__conn_ops zcrpc__rdma_conn_ops;
 
 /* conn.c: lifecycle */
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h);

@@ -11,7 +11,9 @@
  * to make room, so memory a peak left in one class serves other sizes
  * again. Buffers free for longer than an idle time are given back too
  * (zcrpc__bulk_trim). */
-#include "rpc_internal.h"
+#include "bulk_cache.h"
+#include "frame.h" /* ZCRPC_BULK_MAX */
+#include "../transport/seam.h"
 
 #include <stdlib.h>
 #include <string.h>

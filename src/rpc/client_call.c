@@ -1,0 +1,501 @@
+/* zcrpc — a client call from start to completion: building and sending
+ * the request, the pending queue, completion (callbacks run from the
+ * channel's timer, never inside the call that caused them), replies,
+ * deadlines, cancellation. */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void release_buffers(zcrpc_channel *ch, struct ccall *c)
+{
+	if (c->out.msg.data)
+		zcrpc_msg_free(ch->w, &c->out.msg);
+	if (c->has_reply_msg) {
+		zcrpc_msg_free(ch->w, &c->reply_msg);
+		c->has_reply_msg = 0;
+	}
+	zcrpc__bulk_put(&ch->bulk, c->src_buf);
+	c->src_buf = NULL;
+	zcrpc__bulk_put(&ch->bulk, c->dst_buf);
+	c->dst_buf = NULL;
+}
+
+static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r);
+
+void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c)
+{
+	if (c->state == CS_ZOMBIE) {
+		zcrpc__list_remove(&c->link);
+		if (c->deliver_late) {
+			/* The caller's reply_into is no longer granted. */
+			zcrpc_reply r;
+
+			c->deliver_late = 0;
+			memset(&r, 0, sizeof(r));
+			r.status = c->status;
+			r.message = c->message;
+			deliver(ch, c, &r);
+		}
+	}
+	c->granted = 0;
+	c->revoking = 0;
+	c->bulk_bad = 0;
+	c->reply_grant = NULL;
+	release_buffers(ch, c);
+	c->state = CS_FREE;
+	zcrpc__call_table_release(&ch->calls, c);
+	ch->st.in_flight--;
+}
+
+static void queue_remove(zcrpc_channel *ch, struct ccall *c)
+{
+	if (!zcrpc__list_linked(&c->qlink))
+		return;
+	zcrpc__list_remove(&c->qlink);
+	ch->q_len--;
+	ch->st.pending--;
+}
+
+static void arm_now(zcrpc_channel *ch)
+{
+	zcrpc__timer_start(ch->w, &ch->timer, zcrpc__now_ns());
+}
+
+/* Marks @c completed with @st; its callback runs from the channel's timer
+ * (that is, from progress), never from inside the call that caused it. If
+ * a bulk write from the caller's memory is still in flight, the callback
+ * waits for it. */
+void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
+			   const char *msg)
+{
+	if (c->state == CS_DONE || c->state == CS_ZOMBIE || c->state == CS_FREE)
+		return;
+	if (c->state == CS_WRITING || c->state == CS_REPLY_REVOKING) {
+		/* Completes when the write or the revoke is done. */
+		c->write_pending_status = 1;
+		c->pending_status = st;
+		snprintf(c->pending_msg, sizeof(c->pending_msg), "%s", msg ? msg : "");
+		return;
+	}
+	if (c->state == CS_QUEUED)
+		queue_remove(ch, c);
+	zcrpc__list_remove(&c->link);
+	c->status = st;
+	snprintf(c->message, sizeof(c->message), "%s", msg ? msg : "");
+	c->state = CS_DONE;
+	zcrpc__list_push_back(&ch->done, &c->link);
+	arm_now(ch);
+}
+
+static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r)
+{
+	if (r->status == ZCRPC_OK)
+		ch->st.calls_ok++;
+	else
+		ch->st.calls_failed++;
+	if (c->cb)
+		c->cb(ch, r, c->arg);
+}
+
+/* Completes @c with the server's reply (kept in c->reply / reply_msg) and
+ * its bulk part at @bulk, now, from inside progress (a receive or write
+ * completion). */
+void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
+				      const struct zcrpc_frame *f,
+				      const void *bulk, size_t bulk_len)
+{
+	zcrpc_md md[ZCRPC_MD_MAX_PAIRS];
+	zcrpc_reply r;
+	char msgbuf[1025];
+
+	memset(&r, 0, sizeof(r));
+	r.status = (zcrpc_status)f->status;
+	r.n_md = zcrpc__md_view(f, md);
+	r.md = md;
+	r.message = "";
+	if (r.status != ZCRPC_OK) {
+		size_t n = f->payload_len < 1024 ? f->payload_len : 1024;
+
+		memcpy(msgbuf, f->payload, n);
+		msgbuf[n] = 0;
+		r.message = msgbuf;
+	} else if (f->flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) {
+		r.data = bulk;
+		r.len = bulk_len;
+	} else {
+		r.data = f->payload;
+		r.len = f->payload_len;
+		r.attachment = bulk;
+		r.attachment_len = bulk_len;
+	}
+	zcrpc__list_remove(&c->link);
+	c->state = CS_DONE;
+	deliver(ch, c, &r);
+	zcrpc__ccall_free(ch, c);
+}
+
+void zcrpc__channel_run_done(zcrpc_channel *ch)
+{
+	struct zcrpc__list *n;
+
+	while ((n = zcrpc__list_first(&ch->done))) {
+		struct ccall *c = zcrpc__ccall_of(n, link);
+		zcrpc_reply r;
+
+		zcrpc__list_remove(&c->link);
+		memset(&r, 0, sizeof(r));
+		r.status = c->status;
+		r.message = c->message;
+		/* The caller's own reply_into memory is handed back only once
+		 * the server can no longer write into it. */
+		c->deliver_late = c->granted && c->conn && c->has_reply_into;
+		if (!c->deliver_late)
+			deliver(ch, c, &r);
+		/* A call whose reply target is granted stays (generation
+		 * checked) until the server's write lands and its window is
+		 * revoked, or the connection goes, so the target is never
+		 * reused under that write. */
+		if (c->granted && c->conn) {
+			c->state = CS_ZOMBIE;
+			c->zombie_deadline_ns = zcrpc__now_ns() + ZCRPC_GRANT_GRACE_NS;
+			zcrpc__list_push_front(&ch->zombies, &c->link);
+			zcrpc__timer_start(ch->w, &ch->timer, c->zombie_deadline_ns);
+			continue;
+		}
+		zcrpc__ccall_free(ch, c);
+	}
+}
+
+void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c)
+{
+	struct zcrpc_frame f;
+	struct zcrpc__out out;
+
+	if (!c->conn || zcrpc_conn_state_get(c->conn) != ZCRPC_CONN_ESTABLISHED)
+		return;
+	memset(&f, 0, sizeof(f));
+	f.type = ZCRPC_FRAME_CANCEL;
+	f.call_id = zcrpc__ccall_ref(ch, c);
+	if (zcrpc__out_build(ch->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out))
+		return;
+	if (zcrpc_conn_send_msg(c->conn, &out.msg, out.len) != ZCRPC_OK)
+		zcrpc_msg_free(ch->w, &out.msg); /* best effort */
+}
+
+void zcrpc__channel_flush_queue(zcrpc_channel *ch)
+{
+	struct ccall *c;
+
+	if (!ch->conn || !ch->conn_up)
+		return;
+	while ((c = zcrpc__channel_queue_first(ch))) {
+		zcrpc_status st = zcrpc_conn_send_msg(ch->conn, &c->out.msg,
+						      c->out.len);
+
+		if (st == ZCRPC_RESOURCE_EXHAUSTED)
+			return; /* resumes on_writable */
+		zcrpc__list_remove(&c->qlink);
+		ch->q_len--;
+		ch->st.pending--;
+		if (st != ZCRPC_OK) {
+			/* FAILED_PRECONDITION: the connection is closing (it
+			 * failed or was told to go away): that is UNAVAILABLE
+			 * to the caller, like the calls it had in flight. */
+			zcrpc__ccall_complete(ch, c,
+					      st == ZCRPC_FAILED_PRECONDITION
+						      ? ZCRPC_UNAVAILABLE
+						      : st,
+					      "sending the request failed: "
+					      "connection closing");
+			continue;
+		}
+		c->conn = ch->conn;
+		c->state = CS_SENT;
+	}
+}
+
+void zcrpc__ccall_on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
+			   const struct zcrpc_frame *f)
+{
+	struct ccall *c = zcrpc__ccall_lookup(ch, f->call_id);
+	size_t total;
+
+	if (!c || c->conn != conn ||
+	    (c->state != CS_SENT && c->state != CS_WRITING)) {
+		ch->st.late_replies++;
+		return;
+	}
+	total = (size_t)f->payload_len + ((f->flags & ZCRPC_FRAME_F_BULK) ? f->bulk_len : 0);
+	if (c->max_reply && total > c->max_reply && f->status == ZCRPC_OK) {
+		char m[96];
+
+		snprintf(m, sizeof(m), "reply of %zu bytes exceeds max_reply %zu",
+			 total, c->max_reply);
+		zcrpc__ccall_send_cancel(ch, c);
+		zcrpc__ccall_complete(ch, c, ZCRPC_RESOURCE_EXHAUSTED, m);
+		return;
+	}
+	if (!(f->flags & ZCRPC_FRAME_F_BULK)) {
+		zcrpc__ccall_complete_with_reply(ch, c, f, NULL, 0);
+		return;
+	}
+	/* The reply's bulk part: grant a target, keep the frame. */
+	zcrpc__ccall_grant_reply_target(ch, conn, c, f);
+}
+
+void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
+{
+	zcrpc_channel *ch = zcrpc__container_of(t, zcrpc_channel, timer);
+	struct zcrpc__list *n, *tmp;
+	struct ccall *c;
+	int64_t next_due = 0;
+
+	zcrpc__list_foreach_safe(n, tmp, &ch->active)
+	{
+		c = zcrpc__ccall_of(n, link);
+		if (!c->deadline_ns)
+			continue;
+		if (now >= c->deadline_ns) {
+			if (c->state == CS_SENT || c->state == CS_REPLY_BULK)
+				zcrpc__ccall_send_cancel(ch, c);
+			else if (c->state == CS_WRITING)
+				c->cancel_after_write = 1;
+			zcrpc__ccall_complete(ch, c, ZCRPC_DEADLINE_EXCEEDED,
+					      "deadline exceeded");
+			continue;
+		}
+		if (!next_due || c->deadline_ns < next_due)
+			next_due = c->deadline_ns;
+	}
+	zcrpc__channel_run_done(ch);
+	zcrpc__channel_check_zombies(ch, now, &next_due);
+	if (!zcrpc__list_empty(&ch->done))
+		next_due = now;
+	if (next_due)
+		zcrpc__timer_start(ch->w, &ch->timer, next_due);
+}
+
+void zcrpc_call_opts_init(zcrpc_call_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+}
+
+static void copy_fill(void *dst, size_t len, void *ctx)
+{
+	memcpy(dst, ctx, len);
+}
+
+/* The checks of a call's options against the channel; *@inline_cap: the
+ * payload bytes a request frame can carry with its metadata. */
+static zcrpc_status check_opts(zcrpc_channel *ch, const zcrpc_call_opts *co,
+			       size_t len, size_t *inline_cap)
+{
+	size_t mdl = zcrpc__md_bytes(co->md, co->n_md);
+
+	if (mdl == (size_t)-1 || co->timeout_us < 0)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (co->attachment &&
+	    (!co->attachment->len ||
+	     !zcrpc__mr_covers(co->attachment->mr, zcrpc_worker_context(ch->w),
+			       co->attachment->offset, co->attachment->len, 0)))
+		return ZCRPC_INVALID_ARGUMENT;
+	if (co->reply_into &&
+	    !zcrpc__mr_covers(co->reply_into->mr, zcrpc_worker_context(ch->w),
+			      co->reply_into->offset, co->reply_into->len,
+			      ZCRPC_MR_REMOTE_WRITE))
+		return ZCRPC_INVALID_ARGUMENT;
+	*inline_cap = zcrpc__worker_max_msg(ch->w) - ZCRPC_FRAME_HDR_LEN - mdl;
+	if (zcrpc__worker_max_msg(ch->w) < ZCRPC_FRAME_HDR_LEN + mdl)
+		return ZCRPC_INVALID_ARGUMENT;
+	if ((len > ch->o.bulk_threshold || len > *inline_cap) && co->attachment)
+		return ZCRPC_INVALID_ARGUMENT; /* one bulk part per message */
+	return ZCRPC_OK;
+}
+
+/* Builds @c's request frame @f into a pool slot: @len payload bytes from
+ * @fill inline, or, above the bulk threshold or what fits, written into a
+ * cached buffer as the frame's bulk part; the caller's attachment rides
+ * as the bulk part otherwise. Nothing is kept on failure. */
+static zcrpc_status build_request(zcrpc_channel *ch, struct ccall *c,
+				  struct zcrpc_frame *f,
+				  const zcrpc_call_opts *co, size_t len,
+				  size_t inline_cap, zcrpc_fill_fn fill,
+				  void *fill_ctx)
+{
+	zcrpc_status st;
+
+	c->payload_in_bulk = 0;
+	c->src_mr = NULL;
+	c->src_buf = NULL;
+	c->bulk_len = 0;
+	if (len > ch->o.bulk_threshold || len > inline_cap) {
+		st = zcrpc__bulk_get(&ch->bulk, len, &c->src_buf);
+		if (st != ZCRPC_OK)
+			return st;
+		fill(c->src_buf->ptr, len, fill_ctx);
+		if (fill == copy_fill)
+			ch->st.copied_bytes += len;
+		c->bulk_len = len;
+		c->payload_in_bulk = 1;
+		f->flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK;
+		f->bulk_len = len;
+		st = zcrpc__out_build(ch->w, f, co->md, co->n_md, 0, NULL, NULL,
+				      NULL, &c->out);
+	} else {
+		if (co->attachment) {
+			c->src_mr = co->attachment->mr;
+			c->src_off = co->attachment->offset;
+			c->bulk_len = co->attachment->len;
+			f->flags = ZCRPC_FRAME_F_BULK;
+			f->bulk_len = c->bulk_len;
+		}
+		st = zcrpc__out_build(ch->w, f, co->md, co->n_md, len, fill,
+				      fill_ctx, NULL, &c->out);
+		if (st == ZCRPC_OK && fill == copy_fill)
+			ch->st.copied_bytes += len;
+	}
+	if (st != ZCRPC_OK) {
+		zcrpc__bulk_put(&ch->bulk, c->src_buf);
+		c->src_buf = NULL;
+	}
+	return st;
+}
+
+/* @c, taken from the table with its request built, becomes a queued call:
+ * on the active list and the pending queue, its deadline armed. */
+static void enqueue(zcrpc_channel *ch, struct ccall *c,
+		    const zcrpc_call_opts *co, zcrpc_call_cb cb, void *arg,
+		    int64_t timeout_us)
+{
+	c->cb = cb;
+	c->arg = arg;
+	c->sync = 0;
+	c->conn = NULL;
+	c->write_pending_status = 0;
+	c->has_reply_into = co->reply_into != NULL;
+	if (co->reply_into)
+		c->reply_into = *co->reply_into;
+	c->dst_buf = NULL;
+	c->has_reply_msg = 0;
+	c->granted = 0;
+	c->revoking = 0;
+	c->cancel_after_write = 0;
+	c->deliver_late = 0;
+	c->reply_grant = NULL;
+	memset(&c->reply, 0, sizeof(c->reply));
+	c->max_reply = co->max_reply;
+	c->deadline_ns = timeout_us ? zcrpc__now_ns() + timeout_us * 1000 : 0;
+	c->state = CS_QUEUED;
+	zcrpc__list_push_front(&ch->active, &c->link);
+	zcrpc__list_push_back(&ch->queue, &c->qlink);
+	ch->q_len++;
+	ch->st.pending++;
+	ch->st.in_flight++;
+	ch->st.calls_started++;
+	if (c->deadline_ns)
+		zcrpc__timer_start(ch->w, &ch->timer, c->deadline_ns);
+}
+
+/* The queued call @c goes out: sent with the queue when connected,
+ * otherwise the channel connects, unless it waits to reconnect (then @c
+ * fails at once, with the last refusal's status when it was admission). */
+static void send_or_connect(zcrpc_channel *ch, struct ccall *c)
+{
+	if (ch->conn) {
+		zcrpc__channel_flush_queue(ch);
+		return;
+	}
+	if (zcrpc__now_ns() < ch->next_attempt_ns &&
+	    ch->down_status == ZCRPC_UNAUTHENTICATED) {
+		zcrpc__ccall_complete(ch, c, ZCRPC_UNAUTHENTICATED,
+				      ch->down_why);
+	} else if (zcrpc__now_ns() < ch->next_attempt_ns) {
+		zcrpc__ccall_complete(ch, c, ZCRPC_UNAVAILABLE,
+				      "not connected (waiting to reconnect)");
+	} else if (zcrpc__channel_connect(ch) != ZCRPC_OK) {
+		zcrpc__ccall_complete(ch, c, ZCRPC_UNAVAILABLE,
+				      "cannot start connecting");
+	}
+}
+
+zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
+			      zcrpc_fill_fn fill, void *fill_ctx,
+			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
+			      void *arg, zcrpc_call_id *id)
+{
+	zcrpc_call_opts co;
+	struct zcrpc_frame f;
+	struct ccall *c;
+	size_t inline_cap;
+	int64_t timeout_us;
+	zcrpc_status st;
+
+	if (!ch || !cb || (len && !fill))
+		return ZCRPC_INVALID_ARGUMENT;
+	if (ch->destroying)
+		return ZCRPC_FAILED_PRECONDITION;
+	zcrpc_call_opts_init(&co);
+	if (o) {
+		if (o->size < sizeof(*o))
+			return ZCRPC_INVALID_ARGUMENT;
+		co = *o;
+	}
+	st = check_opts(ch, &co, len, &inline_cap);
+	if (st != ZCRPC_OK)
+		return st;
+	if (ch->q_len >= ch->o.max_pending) {
+		ch->st.queue_full++;
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	c = zcrpc__call_table_peek(&ch->calls);
+	if (!c)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+
+	memset(&f, 0, sizeof(f));
+	f.type = ZCRPC_FRAME_REQUEST;
+	f.method_id = method;
+	f.call_id = zcrpc__ccall_ref(ch, c);
+	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
+	f.deadline_us = timeout_us > 0xffffffffLL ? 0xffffffffU : (uint32_t)timeout_us;
+	st = build_request(ch, c, &f, &co, len, inline_cap, fill, fill_ctx);
+	if (st != ZCRPC_OK)
+		return st;
+	zcrpc__call_table_take(&ch->calls);
+	enqueue(ch, c, &co, cb, arg, timeout_us);
+	if (id)
+		*id = f.call_id;
+	send_or_connect(ch, c);
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_call_async(zcrpc_channel *ch, uint32_t method,
+			      const void *req, size_t len,
+			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
+			      void *arg, zcrpc_call_id *id)
+{
+	if (len && !req)
+		return ZCRPC_INVALID_ARGUMENT;
+	return zcrpc_call_start(ch, method, len, copy_fill, (void *)req, o, cb,
+				arg, id);
+}
+
+zcrpc_status zcrpc_call_cancel(zcrpc_channel *ch, zcrpc_call_id id)
+{
+	struct ccall *c;
+
+	if (!ch || id > 0xffffffffULL)
+		return ZCRPC_NOT_FOUND;
+	c = zcrpc__ccall_lookup(ch, (uint32_t)id);
+	if (!c || c->state == CS_DONE || c->state == CS_ZOMBIE)
+		return ZCRPC_NOT_FOUND;
+	if (c->state == CS_SENT || c->state == CS_REPLY_BULK)
+		zcrpc__ccall_send_cancel(ch, c);
+	else if (c->state == CS_WRITING)
+		c->cancel_after_write = 1; /* CANCEL must not overtake it */
+	zcrpc__ccall_complete(ch, c, ZCRPC_CANCELLED,
+			      "cancelled by the caller");
+	return ZCRPC_OK;
+}

@@ -1,0 +1,159 @@
+/* zcrpc — what the client's files share (channel.c, client_call.c,
+ * client_bulk.c, client_sync.c, channel_test_hooks.c): the call and channel
+ * structures, the call table's lookups, and the functions one file calls
+ * in another. A channel owns one current connection, maybe one draining
+ * one (after a GOAWAY), a table of calls (call_table.h: a late reply to a
+ * finished call is recognised and dropped), a bounded queue of calls
+ * waiting for a connection or credits, and a bulk-buffer cache. */
+#ifndef ZCRPC_RPC_CLIENT_INTERNAL_H
+#define ZCRPC_RPC_CLIENT_INTERNAL_H
+
+#include "../core/list.h"
+#include "rpc_internal.h"
+
+enum cstate {
+	CS_FREE = 0,
+	CS_QUEUED,	 /* built, waiting to be sent */
+	CS_SENT,	 /* request sent, waiting for the reply (or a grant) */
+	CS_WRITING,	 /* our bulk part is being written */
+	CS_REPLY_BULK,	 /* reply announced a bulk part; we granted, waiting */
+	CS_REPLY_REVOKING, /* its bulk part landed; revoking before the callback */
+	CS_DONE,	 /* completed; waiting for its callback (done list) */
+	CS_ZOMBIE,	 /* completed, but the server may still write into our grant */
+};
+
+/* A completed call whose reply target is granted waits this long for the
+ * server's write (which an honest server always posts once it has the
+ * grant) before the connection is torn down to end the grant. */
+#define ZCRPC_GRANT_GRACE_NS (10000LL * 1000000LL)
+
+struct ccall {
+	uint8_t state;
+	uint8_t sync;
+	struct zcrpc__list link;  /* ch->active, ch->done or ch->zombies */
+	struct zcrpc__list qlink; /* ch->queue while QUEUED */
+	zcrpc_channel *ch;
+	zcrpc_conn *conn; /* connection it went out on */
+	zcrpc_call_cb cb;
+	void *arg;
+	int64_t deadline_ns;
+	struct zcrpc__out out; /* the request frame until sent */
+	/* request bulk part */
+	const zcrpc_mr *src_mr;
+	size_t src_off, bulk_len;
+	struct zcrpc__bulkbuf *src_buf;
+	unsigned payload_in_bulk : 1;
+	unsigned write_pending_status : 1;
+	unsigned granted : 1; /* we granted the server a reply target */
+	unsigned bulk_bad : 1; /* the reply part's write had the wrong count */
+	unsigned revoking : 1; /* ZOMBIE: its window is being revoked */
+	unsigned cancel_after_write : 1; /* send CANCEL once our write is done */
+	unsigned deliver_late : 1; /* ZOMBIE over the caller's reply_into:
+				    * its callback runs when the grant ends */
+	zcrpc_grant *reply_grant; /* the window over the reply target */
+	int64_t zombie_deadline_ns;
+	zcrpc_status pending_status; /* completion waiting for a write */
+	char pending_msg[96];
+	/* reply bulk target */
+	zcrpc_bulk reply_into;
+	int has_reply_into;
+	struct zcrpc__bulkbuf *dst_buf;
+	size_t max_reply;
+	/* reply kept while its bulk part arrives */
+	zcrpc_msg reply_msg;
+	int has_reply_msg;
+	struct zcrpc_frame reply;
+	/* result, for the done list */
+	zcrpc_status status;
+	char message[128];
+};
+
+struct zcrpc_channel {
+	zcrpc_worker *w;
+	char *host, *port, *src_addr;
+	zcrpc_channel_opts o;
+	zcrpc_conn *conn;     /* current */
+	int conn_up;	      /* current is ESTABLISHED */
+	zcrpc_conn *draining; /* after GOAWAY */
+	int64_t next_attempt_ns;
+	int backoff_ms, attempts;
+	struct zcrpc__call_table calls; /* of struct ccall */
+	struct zcrpc__list active; /* sent or queued, not done (newest first) */
+	struct zcrpc__list done;   /* waiting for their callback, in order */
+	struct zcrpc__list queue;  /* pending, in order */
+	struct zcrpc__list zombies; /* completed, grant outstanding */
+	uint32_t q_len;
+	struct zcrpc__bulk_cache bulk;
+	struct zcrpc__timer timer;
+	int destroying;
+	uint64_t rng;
+	zcrpc_channel_stats st;
+	/* admission: the key (o.psk points here) and the last refusal */
+	uint8_t psk[ZCRPC_PSK_MAX];
+	char identity[ZCRPC_IDENTITY_MAX + 1];
+	zcrpc_status down_status; /* why the last connection failed */
+	char down_why[256];
+};
+
+static inline uint32_t zcrpc__ccall_ref(const zcrpc_channel *ch,
+					const struct ccall *c)
+{
+	return zcrpc__call_table_ref(&ch->calls, c);
+}
+
+static inline struct ccall *zcrpc__ccall_lookup(zcrpc_channel *ch, uint32_t ref)
+{
+	return zcrpc__call_table_lookup(&ch->calls, ref);
+}
+
+#define zcrpc__ccall_of(node, member)                                          \
+	zcrpc__container_of(node, struct ccall, member)
+
+/* The first call pending on @ch, or NULL. */
+static inline struct ccall *zcrpc__channel_queue_first(zcrpc_channel *ch)
+{
+	struct zcrpc__list *n = zcrpc__list_first(&ch->queue);
+
+	return n ? zcrpc__ccall_of(n, qlink) : NULL;
+}
+
+static inline struct ccall *zcrpc__ccall_at(zcrpc_channel *ch, uint32_t idx)
+{
+	return zcrpc__call_table_at(&ch->calls, idx);
+}
+
+/* ---- channel.c: the connection ---- */
+zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch);
+void zcrpc__channel_protocol_error(zcrpc_channel *ch, zcrpc_conn *conn,
+				   const char *why);
+
+/* ---- client_call.c: calls, completion, deadlines ---- */
+void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c);
+void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
+			   const char *msg);
+void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
+				      const struct zcrpc_frame *f,
+				      const void *bulk, size_t bulk_len);
+void zcrpc__channel_run_done(zcrpc_channel *ch);
+void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c);
+void zcrpc__channel_flush_queue(zcrpc_channel *ch);
+void zcrpc__ccall_on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
+			   const struct zcrpc_frame *f);
+void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now);
+
+/* ---- client_bulk.c: bulk parts (handlers of the connection) ---- */
+void zcrpc__channel_check_zombies(zcrpc_channel *ch, int64_t now,
+				  int64_t *next_due);
+void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
+				     struct ccall *c,
+				     const struct zcrpc_frame *f);
+void zcrpc__ccall_on_grant(zcrpc_channel *ch, zcrpc_conn *conn,
+			   const struct zcrpc_frame *f);
+void zcrpc__ccall_on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
+				void *arg);
+void zcrpc__ccall_on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,
+			       void *arg);
+void zcrpc__ccall_on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
+			     void *arg);
+
+#endif /* ZCRPC_RPC_CLIENT_INTERNAL_H */

@@ -1,0 +1,74 @@
+/* zcrpc — synchronous calls (zcrpc_call): an async call whose callback
+ * copies the reply out, run to completion on the caller's thread. */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sync_ctx {
+	int done;
+	zcrpc_result *out;
+};
+
+static void *dup_bytes(const void *p, size_t n)
+{
+	void *d = malloc(n ? n : 1);
+
+	if (d && n)
+		memcpy(d, p, n);
+	return d;
+}
+
+static void sync_cb(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
+{
+	struct sync_ctx *s = arg;
+
+	s->out->status = r->status;
+	s->out->message = strdup(r->message ? r->message : "");
+	s->out->data = dup_bytes(r->data, r->len);
+	s->out->len = r->len;
+	if (r->attachment_len) {
+		s->out->attachment = dup_bytes(r->attachment, r->attachment_len);
+		s->out->attachment_len = r->attachment_len;
+		ch->st.copied_bytes += r->attachment_len;
+	}
+	ch->st.copied_bytes += r->len;
+	s->done = 1;
+}
+
+zcrpc_status zcrpc_call(zcrpc_channel *ch, uint32_t method, const void *req,
+			size_t len, const zcrpc_call_opts *o,
+			zcrpc_result *out)
+{
+	struct sync_ctx s = {0, out};
+	zcrpc_status st;
+
+	if (!ch || !out)
+		return ZCRPC_INVALID_ARGUMENT;
+	memset(out, 0, sizeof(*out));
+	if (zcrpc__worker_in_progress(ch->w)) {
+		out->status = ZCRPC_FAILED_PRECONDITION;
+		out->message = strdup("synchronous call from inside a callback of the same worker");
+		return ZCRPC_FAILED_PRECONDITION;
+	}
+	st = zcrpc_call_async(ch, method, req, len, o, sync_cb, &s, NULL);
+	if (st != ZCRPC_OK) {
+		out->status = st;
+		out->message = strdup("the call could not be started");
+		return st;
+	}
+	while (!s.done)
+		zcrpc_worker_progress(ch->w, 100);
+	return out->status;
+}
+
+void zcrpc_result_free(zcrpc_result *r)
+{
+	if (!r)
+		return;
+	free(r->message);
+	free(r->data);
+	free(r->attachment);
+	memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,114 @@
+/* zcrpc — the seam between the RPC layer and a transport. Not installed.
+ *
+ * What it is: the one private interface src/rpc uses besides the public
+ * transport API (include/zcrpc/transport.h). It shows no transport
+ * structure: prototypes, the timer the RPC layer embeds, and the table of
+ * connection verbs. src/rpc includes this file and never
+ * src/transport/internal.h (tests/seam_check.sh checks the objects).
+ *
+ * Who implements it: the RDMA transport, in src/transport/seam.c (its
+ * connection verbs, zcrpc__rdma_conn_ops, and the worker and memory
+ * verbs), timer.c (the timers) and worker.c (the clock).
+ *
+ * The rule: the transport never calls back into the RPC layer except
+ * through the public handlers the RPC layer gave it (zcrpc_conn_handlers,
+ * zcrpc_listen_opts.on_accept, functions passed to zcrpc_worker_post) and
+ * the timers' fn below. Nothing here calls back or blocks.
+ *
+ * A second transport (TCP, say) plugs in as nng's transports do (one ops
+ * table per role, src/sp/transport.h): its connection object starts with a
+ * struct zcrpc__conn_base pointing at its own struct zcrpc__conn_ops, and
+ * the RPC layer reaches the verbs through the connection, never through
+ * the kind. The public zcrpc_conn_* verbs would then dispatch the same
+ * way; today only the RDMA transport exists and implements them directly.
+ */
+#ifndef ZCRPC_TRANSPORT_SEAM_H
+#define ZCRPC_TRANSPORT_SEAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zcrpc/transport.h"
+
+/* ---- connection verbs, one table per connection kind --------------------- */
+
+struct zcrpc__conn_ops {
+	const char *kind; /* "rdma" */
+	/* The connection is going down: its close was asked (by either
+	 * side, or for an error) or it is CLOSED. */
+	int (*closing)(const zcrpc_conn *c);
+	/* The peer closed it in order (its CLOSE message arrived). */
+	int (*peer_closed)(const zcrpc_conn *c);
+	/* The orderly close for a reason (a protocol error, say), reported
+	 * as @st and @why (copied) when it completes, instead of OK. */
+	void (*abort)(zcrpc_conn *c, zcrpc_status st, const char *why);
+};
+
+/* The first member of every connection object, whatever its kind. */
+struct zcrpc__conn_base {
+	const struct zcrpc__conn_ops *ops;
+};
+
+static inline const struct zcrpc__conn_ops *
+zcrpc__conn_ops_of(const zcrpc_conn *c)
+{
+	return ((const struct zcrpc__conn_base *)(const void *)c)->ops;
+}
+
+static inline int zcrpc__conn_closing(const zcrpc_conn *c)
+{
+	return zcrpc__conn_ops_of(c)->closing(c);
+}
+
+static inline int zcrpc__conn_peer_closed(const zcrpc_conn *c)
+{
+	return zcrpc__conn_ops_of(c)->peer_closed(c);
+}
+
+/* ops->abort with a printf-style reason (cut at 192 bytes). */
+void zcrpc__conn_abort(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- the worker ---------------------------------------------------------- */
+
+/* Its largest message payload (zcrpc_worker_opts.max_msg). */
+uint32_t zcrpc__worker_max_msg(const zcrpc_worker *w);
+/* Inside zcrpc_worker_progress() of @w (a callback is running): what may
+ * not wait for progress (sync calls, shutdown) refuses. */
+int zcrpc__worker_in_progress(const zcrpc_worker *w);
+/* Its message pool: gives back regions free for @idle_ns or longer
+ * (returns how many), and the bytes registered now. */
+uint32_t zcrpc__worker_pool_trim(zcrpc_worker *w, int64_t now, int64_t idle_ns);
+size_t zcrpc__worker_pool_pinned(const zcrpc_worker *w);
+
+/* ---- registered memory --------------------------------------------------- */
+
+/* Where @mr starts. */
+void *zcrpc__mr_addr(const zcrpc_mr *mr);
+/* @len bytes at @off lie inside @mr, @mr has every flag of @flags
+ * (ZCRPC_MR_*), and, when @ctx is not NULL, belongs to @ctx. */
+int zcrpc__mr_covers(const zcrpc_mr *mr, const zcrpc_context *ctx, size_t off,
+		     size_t len, unsigned flags);
+
+/* ---- the clock and timers ------------------------------------------------ */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t zcrpc__now_ns(void);
+
+/* A one-shot timer embedded in its owner (a channel, a server), run from
+ * the worker's progress: fn(t, now) once @due_ns has passed. The fields
+ * are the transport's (timer.c); the owner sets fn and zeroes the rest. */
+struct zcrpc__timer {
+	struct zcrpc__timer *next, *prev;
+	int64_t due_ns; /* 0 = not armed */
+	void (*fn)(struct zcrpc__timer *t, int64_t now);
+	unsigned linked : 1;
+};
+
+/* Arms @t for @due_ns, or keeps it armed for an earlier time. */
+void zcrpc__timer_start(zcrpc_worker *w, struct zcrpc__timer *t,
+			int64_t due_ns);
+/* Disarms @t; its fn does not run again until the next start. */
+void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
+
+#endif /* ZCRPC_TRANSPORT_SEAM_H */
