@@ -30,9 +30,10 @@ struct async_target {
 
 static void fail_target(zcrpc_worker *w, const struct async_target *t)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		int match;
 
 		if (c->torn_down || !c->dev || c->dev->idx != t->dev_idx)
@@ -61,11 +62,13 @@ static void posted_fail(zcrpc_worker *w, void *arg)
 static void route(zcrpc_worker *w, const struct async_target *t)
 {
 	zcrpc_context *ctx = w->ctx;
-	zcrpc_worker *o;
+	struct zcrpc__list *it;
 
 	fail_target(w, t);
 	pthread_mutex_lock(&ctx->lock);
-	for (o = ctx->workers; o; o = o->ctx_next) {
+	zcrpc__list_foreach(it, &ctx->workers) {
+		zcrpc_worker *o =
+			zcrpc__container_of(it, zcrpc_worker, ctx_link);
 		struct async_target *copy;
 
 		if (o == w || !(copy = malloc(sizeof(*copy))))
@@ -188,12 +191,13 @@ zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 
 void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 	int64_t now = zcrpc__now_ns();
 
 	fprintf(out, "worker: next_keepalive in %lld ms\n",
 		w->next_keepalive_ns ? (long long)((w->next_keepalive_ns - now) / 1000000) : -1LL);
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		struct zcrpc__write_op *op;
 		int nwq = 0;
 

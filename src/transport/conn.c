@@ -44,10 +44,7 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 		zcrpc__copy_handlers(&c->h, h);
 	c->state = ZCRPC_CONN_CONNECTING;
 	c->status = ZCRPC_OK;
-	c->next = w->conns;
-	if (w->conns)
-		w->conns->prev = c;
-	w->conns = c;
+	zcrpc__list_push_front(&w->conns, &c->link);
 	return c;
 }
 
@@ -640,12 +637,7 @@ void zcrpc__conn_free(zcrpc_conn *c)
 
 	zcrpc__worker_account_gone(w, c);
 	zcrpc__auth_free(c);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		w->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	zcrpc__list_remove(&c->link);
 	free(c);
 }
 

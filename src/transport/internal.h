@@ -16,6 +16,7 @@
 #include "mempool.h"
 #include "test_hooks.h"
 #include "../core/limits.h"
+#include "../core/list.h"
 #include "../core/log.h"
 #include "zcrpc/transport.h"
 
@@ -40,8 +41,8 @@ struct zcrpc_context {
 	/* Under lock: registration on the devices, the user MRs, the
 	 * workers using the context, device removal (removal.c). */
 	pthread_mutex_t lock;
-	zcrpc_mr *mrs;		/* user registrations */
-	zcrpc_worker *workers;	/* registered workers */
+	struct zcrpc__list mrs;	    /* zcrpc_mr.link: user registrations */
+	struct zcrpc__list workers; /* zcrpc_worker.ctx_link */
 	atomic_uint removed_gen; /* bumped on each device removal */
 	struct rdma_event_channel *watch_ch; /* the watch ids' (non-blocking) */
 };
@@ -52,7 +53,7 @@ struct zcrpc_mr {
 	size_t len;
 	unsigned flags;
 	struct ibv_mr *mrs[ZCRPC_MAX_DEVICES]; /* per context device */
-	zcrpc_mr *next, *prev;		       /* ctx->mrs */
+	struct zcrpc__list link;	       /* ctx->mrs */
 };
 
 void zcrpc__context_ref(zcrpc_context *ctx);
@@ -117,7 +118,7 @@ struct zcrpc__device {
 
 /* Active-side address and route resolution, run on a setup thread. */
 struct zcrpc__job {
-	struct zcrpc__job *next;      /* worker->jobs (all unjoined jobs) */
+	struct zcrpc__list link;      /* worker->jobs (all unjoined jobs) */
 	struct zcrpc__job *done_next; /* worker->done_jobs */
 	pthread_t thread;
 	zcrpc_worker *w;
@@ -146,10 +147,10 @@ struct zcrpc_worker {
 	struct zcrpc__src async_src[ZCRPC_MAX_DEVICES];
 	uint64_t async_events; /* async events that changed something */
 	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
-	zcrpc_conn *conns;
-	zcrpc_listener *listeners;
+	struct zcrpc__list conns;		     /* zcrpc_conn.link */
+	struct zcrpc__list listeners;		     /* zcrpc_listener.link */
 	pthread_mutex_t job_lock;
-	struct zcrpc__job *jobs;      /* unjoined */
+	struct zcrpc__list jobs;      /* zcrpc__job.link: unjoined */
 	struct zcrpc__job *done_jobs; /* finished, not yet handled */
 	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
 	struct zcrpc__timer *timers;  /* timer.c */
@@ -165,7 +166,7 @@ struct zcrpc_worker {
 	int need_reap;
 	uint32_t reposts_pending; /* conns waiting for pool slots */
 	zcrpc_conn_stats gone;	  /* totals of freed connections */
-	zcrpc_worker *ctx_next, *ctx_prev; /* ctx->workers (under ctx->lock) */
+	struct zcrpc__list ctx_link; /* ctx->workers (under ctx->lock) */
 	unsigned removed_seen;	  /* device indexes swept (removal.c) */
 	unsigned removed_gen;	  /* ctx->removed_gen when last swept */
 	uint64_t rejected_auth, rejected_busy, handshake_timeouts; /* admission */
@@ -317,7 +318,7 @@ void zcrpc__mw_free(zcrpc_conn *c);
 
 struct zcrpc_conn {
 	zcrpc_worker *w;
-	zcrpc_conn *next, *prev;  /* worker->conns */
+	struct zcrpc__list link;  /* worker->conns */
 	zcrpc_listener *listener; /* passive side, until accepted */
 	zcrpc_conn_handlers h;
 	zcrpc_conn_state state;
@@ -393,7 +394,7 @@ struct zcrpc_conn {
 
 struct zcrpc_listener {
 	zcrpc_worker *w;
-	zcrpc_listener *next, *prev;
+	struct zcrpc__list link; /* worker->listeners */
 	struct rdma_cm_id *id;
 	zcrpc_listen_opts opts;
 	struct zcrpc__src src;
@@ -402,6 +403,15 @@ struct zcrpc_listener {
 	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
 	uint32_t handshakes;	    /* accepted connections not yet handed over */
 };
+
+#define zcrpc__conn_of(l)     zcrpc__container_of(l, zcrpc_conn, link)
+#define zcrpc__listener_of(l) zcrpc__container_of(l, zcrpc_listener, link)
+/* Walks the connections of worker @w: @c a zcrpc_conn *, @it a struct
+ * zcrpc__list *. The body must not free @c (zcrpc__conn_free). */
+#define zcrpc__foreach_conn(c, it, w)                                          \
+	for ((it) = (w)->conns.next;                                           \
+	     (it) != &(w)->conns && (((c) = zcrpc__conn_of(it)), 1);           \
+	     (it) = (it)->next)
 
 /* conn.c: lifecycle */
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h);

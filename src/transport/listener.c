@@ -270,10 +270,7 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 		goto err_ep;
 	}
 	rdma_freeaddrinfo(res);
-	l->next = w->listeners;
-	if (w->listeners)
-		w->listeners->prev = l;
-	w->listeners = l;
+	zcrpc__list_push_front(&w->listeners, &l->link);
 	*out = l;
 	return ZCRPC_OK;
 
@@ -295,25 +292,20 @@ uint16_t zcrpc_listener_port(const zcrpc_listener *l)
 void zcrpc_listener_destroy(zcrpc_listener *l)
 {
 	zcrpc_worker *w;
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
 	if (!l)
 		return;
 	w = l->w;
 	/* Connections accepted but not yet ESTABLISHED die with it. */
-	for (c = w->conns; c; c = c->next)
-		if (c->listener == l)
-			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
+	zcrpc__foreach_conn(c, it, w) if (c->listener == l)
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
 	if (l->id) { /* NULL when its device was removed */
 		epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
 		rdma_destroy_ep(l->id);
 	}
-	if (l->prev)
-		l->prev->next = l->next;
-	else
-		w->listeners = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
+	zcrpc__list_remove(&l->link);
 	explicit_bzero(l->psk, sizeof(l->psk)); /* the key copy */
 	free(l);
 }

@@ -202,6 +202,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	if (pthread_mutex_init(&w->post_lock, NULL))
 		goto err_job_lock;
 	atomic_init(&w->has_posts, 0);
+	zcrpc__list_init(&w->conns);
+	zcrpc__list_init(&w->listeners);
+	zcrpc__list_init(&w->jobs);
+	zcrpc__list_init(&w->ctx_link);
 	w->now_ns = zcrpc__now_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
@@ -271,12 +275,14 @@ err_free:
 
 void zcrpc_worker_destroy(zcrpc_worker *w)
 {
+	struct zcrpc__list *it;
+
 	if (!w)
 		return;
-	while (w->listeners)
-		zcrpc_listener_destroy(w->listeners);
-	while (w->conns) {
-		zcrpc_conn *c = w->conns;
+	while ((it = zcrpc__list_first(&w->listeners)))
+		zcrpc_listener_destroy(zcrpc__listener_of(it));
+	while ((it = zcrpc__list_first(&w->conns))) {
+		zcrpc_conn *c = zcrpc__conn_of(it);
 
 		c->dead = 1; /* no callback from here on */
 		zcrpc__job_abandon(c);
@@ -338,8 +344,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 {
 	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
-	const zcrpc_conn *c;
-	const zcrpc_listener *l;
+	const struct zcrpc__list *it;
 	unsigned i;
 
 	if (!out)
@@ -348,8 +353,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	if (!w)
 		return;
 	t = w->gone;
-	for (c = w->conns; c; c = c->next) {
-		add_stats(&t, &c->stats);
+	zcrpc__list_foreach(it, &w->conns) {
+		add_stats(&t, &zcrpc__conn_of(it)->stats);
 		out->conns++;
 	}
 	out->msgs_sent = t.msgs_sent;
@@ -372,8 +377,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->rejected_auth = w->rejected_auth;
 	out->rejected_busy = w->rejected_busy;
 	out->handshake_timeouts = w->handshake_timeouts;
-	for (l = w->listeners; l; l = l->next)
-		out->handshakes += l->handshakes;
+	zcrpc__list_foreach(it, &w->listeners) out->handshakes +=
+		zcrpc__listener_of(it)->handshakes;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;
@@ -420,10 +425,11 @@ static int handle_cm_events(zcrpc_worker *w)
 
 static void check_deadlines(zcrpc_worker *w, int64_t now)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
 	w->next_deadline_ns = 0;
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		zcrpc__conn_check_deadline(c, now);
 		if (c->deadline_ns &&
 		    (!w->next_deadline_ns || c->deadline_ns < w->next_deadline_ns))
@@ -438,10 +444,11 @@ static void check_deadlines(zcrpc_worker *w, int64_t now)
 static void check_keepalives(zcrpc_worker *w, int64_t now)
 {
 	int64_t idle = (int64_t)w->opts.keepalive_ms * 1000000LL;
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 	int any = 0;
 
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
 		    c->torn_down || c->test_broken)
 			continue;
@@ -538,13 +545,14 @@ static int run_posts(zcrpc_worker *w)
  * ones. Runs at the end of progress, outside any callback. */
 static void reap(zcrpc_worker *w)
 {
-	zcrpc_conn *c, *next;
+	struct zcrpc__list *it, *next;
 
 	if (!w->need_reap)
 		return;
 	w->need_reap = 0;
-	for (c = w->conns; c; c = next) {
-		next = c->next;
+	zcrpc__list_foreach_safe(it, next, &w->conns) {
+		zcrpc_conn *c = zcrpc__conn_of(it);
+
 		if (c->state == ZCRPC_CONN_CLOSED && !c->torn_down)
 			zcrpc__conn_teardown(c);
 		if (c->dead)
@@ -554,10 +562,11 @@ static void reap(zcrpc_worker *w)
 
 static int poll_conns(zcrpc_worker *w)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 	int n = 0;
 
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		if (!c->cq || c->torn_down)
 			continue;
 		n += zcrpc__conn_poll(c);
@@ -616,14 +625,14 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 
 zcrpc_status zcrpc_worker_arm(zcrpc_worker *w)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 	int busy = 0;
 
 	if (!w)
 		return ZCRPC_INVALID_ARGUMENT;
-	for (c = w->conns; c; c = c->next)
-		if (c->cq && !c->torn_down)
-			busy += zcrpc__conn_arm(c);
+	zcrpc__foreach_conn(c, it, w) if (c->cq && !c->torn_down) busy +=
+		zcrpc__conn_arm(c);
 	if (w->need_reap ||
 	    atomic_load_explicit(&w->has_posts, memory_order_relaxed))
 		busy++;
