@@ -196,7 +196,9 @@ void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out)
 	int64_t now = zcrpc__now_ns();
 
 	fprintf(out, "worker: next_keepalive in %lld ms\n",
-		w->next_keepalive_ns ? (long long)((w->next_keepalive_ns - now) / 1000000) : -1LL);
+		w->keepalive.due_ns
+			? (long long)((w->keepalive.due_ns - now) / 1000000)
+			: -1LL);
 	zcrpc__foreach_conn(c, it, w) {
 		struct zcrpc__write_op *op;
 		int nwq = 0;

@@ -18,6 +18,8 @@
 /* zcrpc__test_next_cq_entries(): the next connection's CQ size, 0 = normal. */
 static atomic_int test_next_cqe;
 
+static void on_deadline(struct zcrpc__timer *t, int64_t now);
+
 #define ZCRPC_INLINE_WANTED 220
 #define ZCRPC_CLOSE_TIMEOUT_NS (2000LL * 1000000LL)
 /* How long a teardown lets a CLOSE still in the send queue go out. */
@@ -44,6 +46,7 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 		zcrpc__copy_handlers(&c->h, h);
 	c->state = ZCRPC_CONN_CONNECTING;
 	c->status = ZCRPC_OK;
+	c->deadline.fn = on_deadline;
 	zcrpc__list_push_front(&w->conns, &c->link);
 	return c;
 }
@@ -219,7 +222,7 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	}
 	c->status = st;
 	c->state = ZCRPC_CONN_CLOSED;
-	c->deadline_ns = 0;
+	zcrpc__conn_clear_deadline(c);
 	c->w->need_reap = 1;
 	zcrpc__log(st == ZCRPC_OK ? ZCRPC_LOG_INFO : ZCRPC_LOG_ERROR,
 		   "connection %p closed: %s (%s)", (void *)c,
@@ -248,7 +251,7 @@ void zcrpc__conn_established(zcrpc_conn *c)
 	if (c->passive && zcrpc__auth_server_hold(c))
 		return;
 	c->state = ZCRPC_CONN_ESTABLISHED;
-	c->deadline_ns = 0;
+	zcrpc__conn_clear_deadline(c);
 	c->last_active_ns = zcrpc__now_ns();
 	zcrpc__worker_keepalive_start(c->w);
 	c->stats.peer_recv_depth = c->peer_recv_depth;
@@ -411,11 +414,13 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 	}
 }
 
-void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
+/* The connection's deadline timer: connecting, the handshake or the close
+ * took too long. */
+static void on_deadline(struct zcrpc__timer *t, int64_t now)
 {
-	if (!c->deadline_ns || now < c->deadline_ns)
-		return;
-	c->deadline_ns = 0;
+	zcrpc_conn *c = zcrpc__container_of(t, zcrpc_conn, deadline);
+
+	(void)now;
 	if (c->closing && c->drain_close) {
 		c->drain_close = 0; /* the teardown disconnects */
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed (send queue did not drain)");
@@ -435,6 +440,17 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
 	}
 }
 
+void zcrpc__conn_set_deadline(zcrpc_conn *c, int64_t due_ns)
+{
+	zcrpc__timer_stop(c->w, &c->deadline);
+	zcrpc__timer_start(c->w, &c->deadline, due_ns);
+}
+
+void zcrpc__conn_clear_deadline(zcrpc_conn *c)
+{
+	zcrpc__timer_stop(c->w, &c->deadline);
+}
+
 void zcrpc_conn_close(zcrpc_conn *c)
 {
 	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing || c->test_broken)
@@ -447,8 +463,7 @@ void zcrpc_conn_close(zcrpc_conn *c)
 	c->closing = 1;
 	zcrpc__conn_fail_writes(c, ZCRPC_CANCELLED);
 	zcrpc__mw_fail_all(c);
-	c->deadline_ns = zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS;
-	zcrpc__worker_add_deadline(c->w, c->deadline_ns);
+	zcrpc__conn_set_deadline(c, zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS);
 	send_close(c); /* the last message; it drains with the rest */
 	if (c->state == ZCRPC_CONN_CLOSED)
 		return;
@@ -613,7 +628,7 @@ zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c)
 		return ZCRPC_INTERNAL;
 	c->test_broken = 1;
 	c->disconnected = 1; /* never rdma_disconnect */
-	c->deadline_ns = 0;
+	zcrpc__conn_clear_deadline(c);
 	return ZCRPC_OK;
 }
 
@@ -636,6 +651,7 @@ void zcrpc__conn_free(zcrpc_conn *c)
 	zcrpc_worker *w = c->w;
 
 	zcrpc__worker_account_gone(w, c);
+	zcrpc__timer_stop(w, &c->deadline);
 	zcrpc__auth_free(c);
 	zcrpc__list_remove(&c->link);
 	free(c);

@@ -224,8 +224,8 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	if (pthread_create(&job->thread, NULL, job_main, job))
 		goto err_conn;
 	zcrpc__list_push_front(&w->jobs, &job->link);
-	c->deadline_ns = zcrpc__now_ns() + (int64_t)o.timeout_ms * 1000000LL;
-	zcrpc__worker_add_deadline(w, c->deadline_ns);
+	zcrpc__conn_set_deadline(c, zcrpc__now_ns() +
+					    (int64_t)o.timeout_ms * 1000000LL);
 	*out = c;
 	return ZCRPC_OK;
 

@@ -129,6 +129,26 @@ struct zcrpc__job {
 	char detail[160];
 };
 
+/* timer.c: a one-shot timer, embedded in its owner (zero-initialised is
+ * "not armed"); fn runs from the worker's progress once due_ns passed. */
+struct zcrpc__timer {
+	int64_t due_ns; /* 0 = not armed */
+	void (*fn)(struct zcrpc__timer *t, int64_t now);
+	/* timer.c's own: the heap links, or the batch being run */
+	struct zcrpc__timer *left, *right, *parent;
+	struct zcrpc__list due_link;
+	uint64_t seq; /* start order: ties run first-started first */
+	unsigned in_heap : 1, in_due : 1;
+};
+
+/* The worker's armed timers: a min-heap by due time (timer.c). */
+struct zcrpc__timer_heap {
+	struct zcrpc__timer *min;
+	unsigned n;
+	uint64_t seq;
+	struct zcrpc__list due; /* due timers of the batch being run */
+};
+
 /* A function handed to the worker by zcrpc_worker_post(). */
 struct zcrpc__post {
 	struct zcrpc__post *next;
@@ -152,10 +172,9 @@ struct zcrpc_worker {
 	pthread_mutex_t job_lock;
 	struct zcrpc__list jobs;      /* zcrpc__job.link: unjoined */
 	struct zcrpc__job *done_jobs; /* finished, not yet handled */
-	int64_t next_deadline_ns;     /* earliest conn deadline, 0 = none */
-	struct zcrpc__timer *timers;  /* timer.c */
-	int64_t next_timer_ns;	      /* earliest armed timer, 0 = none */
-	int64_t next_keepalive_ns;    /* next keepalive check, 0 = none */
+	struct zcrpc__timer_heap timers; /* timer.c */
+	int64_t timerfd_ns;	       /* what the timerfd is set to, 0 = off */
+	struct zcrpc__timer keepalive; /* the keepalive check (worker.c) */
 	int64_t now_ns;		      /* taken once per progress call */
 	int64_t epoll_due_ns;	      /* busy turns read epoll from then */
 	pthread_mutex_t post_lock;
@@ -174,23 +193,20 @@ struct zcrpc_worker {
 	char err[192];
 };
 
-/* timer.c: one-shot timers for the RPC layer, run from progress. */
-struct zcrpc__timer {
-	struct zcrpc__timer *next, *prev;
-	int64_t due_ns; /* 0 = not armed */
-	void (*fn)(struct zcrpc__timer *t, int64_t now);
-	unsigned linked : 1;
-};
-
+/* timer.c: the one timer mechanism (connection deadlines, the keepalive
+ * check, the RPC layer's timers). Start (or keep an earlier due time),
+ * stop and run are O(log n) per timer. */
 void zcrpc__timer_start(zcrpc_worker *w, struct zcrpc__timer *t,
 			int64_t due_ns);
 void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
+void zcrpc__timers_init(zcrpc_worker *w);
+/* Runs what is due at @now (cheap when nothing is). */
 void zcrpc__timers_run(zcrpc_worker *w, int64_t now);
-void zcrpc__worker_rearm(zcrpc_worker *w);
+/* The timerfd went off (it is disarmed now): drain it, set the next. */
+void zcrpc__timers_on_fd(zcrpc_worker *w);
 
 int64_t zcrpc__now_ns(void);
 void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c);
-void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns);
 void zcrpc__worker_keepalive_start(zcrpc_worker *w);
 int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src);
 void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
@@ -386,7 +402,8 @@ struct zcrpc_conn {
 	uint8_t auth_phase;	  /* enum zcrpc__auth_phase; 0 = not authenticating */
 	uint32_t recv_initial;	  /* receives posted at setup; 0 = recv_depth */
 
-	int64_t deadline_ns; /* connect or close deadline, 0 = none */
+	/* The connect, handshake or close deadline (conn.c). */
+	struct zcrpc__timer deadline;
 	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
 	int timeout_ms;
 	zcrpc_conn_stats stats;
@@ -431,7 +448,9 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			     int status, const void *pdata, size_t pdata_len);
 void zcrpc__conn_teardown(zcrpc_conn *c);
 void zcrpc__conn_free(zcrpc_conn *c);
-void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now);
+/* Arms the connect, handshake or close deadline (replacing any). */
+void zcrpc__conn_set_deadline(zcrpc_conn *c, int64_t due_ns);
+void zcrpc__conn_clear_deadline(zcrpc_conn *c);
 void zcrpc__conn_close_drained(zcrpc_conn *c);
 /* The feature bits @w announces: ZCRPC_FEAT_ALL less what a test hook
  * took away (zcrpc__worker_test_clear_features). */

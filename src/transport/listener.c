@@ -131,9 +131,9 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 		return;
 	}
 	c->timeout_ms = l->opts.handshake_timeout_ms;
-	c->deadline_ns = zcrpc__now_ns() +
-			 (int64_t)l->opts.handshake_timeout_ms * 1000000LL;
-	zcrpc__worker_add_deadline(w, c->deadline_ns);
+	zcrpc__conn_set_deadline(
+		c, zcrpc__now_ns() +
+			   (int64_t)l->opts.handshake_timeout_ms * 1000000LL);
 	return;
 
 err_reject:

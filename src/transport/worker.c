@@ -75,38 +75,6 @@ int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src)
 	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* Arms the timerfd for the earlier of the next connection deadline and
- * the next keepalive check (or disarms it when there is neither). */
-static void arm_timer(zcrpc_worker *w)
-{
-	struct itimerspec its;
-	int64_t t = w->next_deadline_ns;
-
-	if (w->next_keepalive_ns && (!t || w->next_keepalive_ns < t))
-		t = w->next_keepalive_ns;
-	if (w->next_timer_ns && (!t || w->next_timer_ns < t))
-		t = w->next_timer_ns;
-	memset(&its, 0, sizeof(its));
-	if (t) {
-		its.it_value.tv_sec = t / 1000000000LL;
-		its.it_value.tv_nsec = t % 1000000000LL;
-	}
-	timerfd_settime(w->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
-void zcrpc__worker_rearm(zcrpc_worker *w)
-{
-	arm_timer(w);
-}
-
-void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns)
-{
-	if (!w->next_deadline_ns || deadline_ns < w->next_deadline_ns) {
-		w->next_deadline_ns = deadline_ns;
-		arm_timer(w);
-	}
-}
-
 static int64_t keepalive_period_ns(const zcrpc_worker *w)
 {
 	int64_t p = (int64_t)w->opts.keepalive_ms * 1000000LL / 2;
@@ -114,13 +82,39 @@ static int64_t keepalive_period_ns(const zcrpc_worker *w)
 	return p > 0 ? p : 1;
 }
 
+/* The keepalive timer: probes every established connection idle for
+ * keepalive_ms that has no probe outstanding and room in its send ring (a
+ * full ring has work in flight that finds a dead peer as well). Checks
+ * again in keepalive_ms / 2 while any connection is established. */
+static void check_keepalives(struct zcrpc__timer *t, int64_t now)
+{
+	zcrpc_worker *w = zcrpc__container_of(t, zcrpc_worker, keepalive);
+	int64_t idle = (int64_t)w->opts.keepalive_ms * 1000000LL;
+	struct zcrpc__list *it;
+	zcrpc_conn *c;
+	int any = 0;
+
+	zcrpc__foreach_conn(c, it, w) {
+		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
+		    c->torn_down || c->test_broken)
+			continue;
+		any = 1;
+		if (c->ka_outstanding || now - c->last_active_ns < idle ||
+		    zcrpc__sq_room(c) < 1)
+			continue;
+		zcrpc__conn_keepalive(c);
+	}
+	if (any)
+		zcrpc__timer_start(w, t, now + keepalive_period_ns(w));
+}
+
 /* A connection became established: make sure keepalive checks run. */
 void zcrpc__worker_keepalive_start(zcrpc_worker *w)
 {
-	if (!w->opts.keepalive_ms || w->next_keepalive_ns)
+	if (!w->opts.keepalive_ms || w->keepalive.due_ns)
 		return;
-	w->next_keepalive_ns = zcrpc__now_ns() + keepalive_period_ns(w);
-	arm_timer(w);
+	zcrpc__timer_start(w, &w->keepalive,
+			   zcrpc__now_ns() + keepalive_period_ns(w));
 }
 
 void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
@@ -206,6 +200,8 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	zcrpc__list_init(&w->listeners);
 	zcrpc__list_init(&w->jobs);
 	zcrpc__list_init(&w->ctx_link);
+	zcrpc__timers_init(w);
+	w->keepalive.fn = check_keepalives;
 	w->now_ns = zcrpc__now_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
@@ -423,65 +419,6 @@ static int handle_cm_events(zcrpc_worker *w)
 	return n;
 }
 
-static void check_deadlines(zcrpc_worker *w, int64_t now)
-{
-	struct zcrpc__list *it;
-	zcrpc_conn *c;
-
-	w->next_deadline_ns = 0;
-	zcrpc__foreach_conn(c, it, w) {
-		zcrpc__conn_check_deadline(c, now);
-		if (c->deadline_ns &&
-		    (!w->next_deadline_ns || c->deadline_ns < w->next_deadline_ns))
-			w->next_deadline_ns = c->deadline_ns;
-	}
-}
-
-/* Probes every established connection idle for keepalive_ms that has no
- * probe outstanding and room in its send ring (a full ring has work in
- * flight that finds a dead peer as well). Checks again in keepalive_ms / 2
- * while any connection is established. */
-static void check_keepalives(zcrpc_worker *w, int64_t now)
-{
-	int64_t idle = (int64_t)w->opts.keepalive_ms * 1000000LL;
-	struct zcrpc__list *it;
-	zcrpc_conn *c;
-	int any = 0;
-
-	zcrpc__foreach_conn(c, it, w) {
-		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
-		    c->torn_down || c->test_broken)
-			continue;
-		any = 1;
-		if (c->ka_outstanding || now - c->last_active_ns < idle ||
-		    zcrpc__sq_room(c) < 1)
-			continue;
-		zcrpc__conn_keepalive(c);
-	}
-	w->next_keepalive_ns = any ? now + keepalive_period_ns(w) : 0;
-}
-
-/* Connection deadlines and keepalive checks, when due. Two comparisons
- * when nothing is (busy-poll calls this constantly). */
-static void check_timers(zcrpc_worker *w)
-{
-	int64_t now = w->now_ns;
-	int rearm = 0;
-
-	if (w->next_deadline_ns && now >= w->next_deadline_ns) {
-		check_deadlines(w, now);
-		rearm = 1;
-	}
-	if (w->next_keepalive_ns && now >= w->next_keepalive_ns) {
-		check_keepalives(w, now);
-		rearm = 1;
-	}
-	if (rearm)
-		arm_timer(w);
-	if (w->next_timer_ns && now >= w->next_timer_ns)
-		zcrpc__timers_run(w, now); /* re-arms the timerfd itself */
-}
-
 /* ---- functions posted from other threads -------------------------------- */
 
 zcrpc_status zcrpc_worker_post(zcrpc_worker *w,
@@ -605,8 +542,7 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 			n++;
 			break;
 		case ZCRPC_SRC_TIMER:
-			while (read(w->timerfd, &u, sizeof(u)) > 0)
-				;
+			zcrpc__timers_on_fd(w);
 			break;
 		case ZCRPC_SRC_EVENT:
 			while (read(w->evfd, &u, sizeof(u)) > 0)
@@ -663,7 +599,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		if (nev > 0)
 			n += handle_ready(w, evs, nev);
 	}
-	check_timers(w);
+	zcrpc__timers_run(w, w->now_ns); /* connection deadlines, keepalive */
 	reap(w);
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
@@ -677,7 +613,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		if (nev > 0)
 			handle_ready(w, evs, nev);
 		poll_conns(w);
-		check_timers(w);
+		zcrpc__timers_run(w, w->now_ns);
 		reap(w);
 	}
 	w->in_progress = 0;
