@@ -1,6 +1,7 @@
 /* zcrpc — a connection's lifecycle: QP and CQ setup, the handshake
  * parameters, state changes from CM events, deadlines, close, teardown.
- * The data path is in sendrecv.c and write.c. */
+ * The data path is in send_queue.c, recv_ring.c, credits.c, msg.c,
+ * completion.c and write.c. */
 #include "internal.h"
 
 #include <errno.h>
@@ -51,6 +52,60 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 	return c;
 }
 
+/* The send ring and the receive positions, sized at setup. */
+zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c)
+{
+	c->recv = calloc(c->recv_depth, sizeof(*c->recv));
+	c->recv_has = calloc(c->recv_depth, 1);
+	c->sq = calloc(c->sq_size, sizeof(*c->sq));
+	if (!c->recv || !c->recv_has || !c->sq) {
+		zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	return ZCRPC_OK;
+}
+
+/* Teardown: the send ring reaped as flushed, writes not posted answered,
+ * the receive positions' slots given back, in that order. */
+void zcrpc__conn_release_queues(zcrpc_conn *c)
+{
+	zcrpc__sq_flush_all(c);
+	zcrpc__write_release_all(c);
+	zcrpc__recv_release(c);
+	free(c->sq);
+	c->sq = NULL;
+}
+
+/* The RC QP on the context's PD, both queues on @c's CQ, with inline data
+ * if the provider grants it. Returns 0, or -1 with errno set. */
+static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr;
+	struct ibv_qp_attr qattr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.send_cq = c->cq;
+	attr.recv_cq = c->cq;
+	attr.qp_type = IBV_QPT_RC;
+	attr.cap.max_send_wr = c->sq_size;
+	attr.cap.max_recv_wr = c->recv_depth;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.cap.max_inline_data = ZCRPC_INLINE_WANTED;
+	attr.qp_context = c;
+	if (rdma_create_qp(id, c->dev->pd, &attr)) {
+		attr.cap.max_inline_data = 0; /* provider may refuse inline */
+		if (rdma_create_qp(id, c->dev->pd, &attr))
+			return -1;
+	}
+	memset(&qattr, 0, sizeof(qattr));
+	if (ibv_query_qp(id->qp, &qattr, IBV_QP_CAP, &attr))
+		return -1;
+	c->max_inline = attr.cap.max_inline_data; /* what was granted */
+	c->stats.max_inline = c->max_inline;
+	return 0;
+}
+
 /* Creates the CQ (on the device's completion channel) and the QP on the
  * context's PD, and posts every receive from the worker's pool. Called
  * before rdma_connect / rdma_accept. On failure the caller fails the
@@ -58,8 +113,6 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 {
 	zcrpc_worker *w = c->w;
-	struct ibv_qp_init_attr attr;
-	struct ibv_qp_attr qattr;
 	uint32_t cqe;
 	zcrpc_status st;
 	uint8_t tmo = w->opts.ack_timeout;
@@ -106,28 +159,8 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	c->cq = ibv_create_cq(id->verbs, (int)cqe, c, c->dev->comp_ch, 0);
 	if (!c->cq)
 		goto err_errno;
-
-	memset(&attr, 0, sizeof(attr));
-	attr.send_cq = c->cq;
-	attr.recv_cq = c->cq;
-	attr.qp_type = IBV_QPT_RC;
-	attr.cap.max_send_wr = c->sq_size;
-	attr.cap.max_recv_wr = c->recv_depth;
-	attr.cap.max_send_sge = 1;
-	attr.cap.max_recv_sge = 1;
-	attr.cap.max_inline_data = ZCRPC_INLINE_WANTED;
-	attr.qp_context = c;
-	if (rdma_create_qp(id, c->dev->pd, &attr)) {
-		attr.cap.max_inline_data = 0; /* provider may refuse inline */
-		if (rdma_create_qp(id, c->dev->pd, &attr))
-			goto err_errno;
-	}
-	memset(&qattr, 0, sizeof(qattr));
-	if (ibv_query_qp(id->qp, &qattr, IBV_QP_CAP, &attr))
+	if (create_qp(c, id))
 		goto err_errno;
-	c->max_inline = attr.cap.max_inline_data; /* what was granted */
-	c->stats.max_inline = c->max_inline;
-
 	st = zcrpc__conn_post_all_recvs(c);
 	if (st != ZCRPC_OK)
 		return st;

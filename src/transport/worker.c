@@ -164,6 +164,9 @@ static zcrpc_status make_pool(zcrpc_worker *w)
 	return zcrpc__pool_create(&cfg, &reg, &w->pool);
 }
 
+/* Long for its goto ladder: options, two locks, epoll, timerfd, eventfd,
+ * CM channel, context, pool, epoll registrations, each unwound in order
+ * below; the option copying is the ABI pass's to change (issue 12). */
 zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 				 zcrpc_worker **out)
 {

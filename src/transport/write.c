@@ -204,3 +204,27 @@ zcrpc_status zcrpc_remote_region_decode(const void *data, size_t len,
 	*out = r;
 	return ZCRPC_OK;
 }
+
+/* A WRITE WITH IMMEDIATE landed (receive position @pos): on_write_imm,
+ * then the position is reposted. */
+void zcrpc__write_on_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
+			 uint32_t byte_len)
+{
+	c->stats.write_imms_recv++;
+	if (c->h.on_write_imm && !c->dead)
+		c->h.on_write_imm(c, imm, byte_len, c->h.arg);
+	zcrpc__recv_recycle(c, pos, 0);
+}
+
+/* Teardown: every write not fully posted is answered UNAVAILABLE. */
+void zcrpc__write_release_all(zcrpc_conn *c)
+{
+	struct zcrpc__write_op *op;
+
+	while ((op = c->wq)) {
+		c->wq = op->next;
+		zcrpc__write_finish(c, op, ZCRPC_UNAVAILABLE);
+		free(op);
+	}
+	c->wq_tail = NULL;
+}
