@@ -6,7 +6,9 @@
  * reply to a finished call is recognised and dropped), a bounded queue of
  * calls waiting for a connection or credits, and a bulk-buffer cache. */
 #include "rpc_internal.h"
+#ifdef ZCRPC_TESTING
 #include "../transport/test_hooks.h"
+#endif
 
 #include <errno.h>
 #include <stddef.h>
@@ -1233,6 +1235,7 @@ void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out)
 		*out = ch->st;
 }
 
+#ifdef ZCRPC_TESTING /* a test hook: built into zcrpc_internal only */
 void zcrpc__channel_test_dump(zcrpc_channel *ch, FILE *out)
 {
 	static const char *const names[] = {"free", "queued", "sent", "writing",
@@ -1255,3 +1258,4 @@ void zcrpc__channel_test_dump(zcrpc_channel *ch, FILE *out)
 			(long long)((c->deadline_ns - zcrpc__now_ns()) / 1000000));
 	}
 }
+#endif /* ZCRPC_TESTING */

@@ -81,7 +81,7 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
 	int n, total = 0;
 
-	if (c->test_broken)
+	if (ZCRPC_CONN_FROZEN(c))
 		return 0; /* frozen: leave its flushes in the CQ */
 	if (c->nstash) { /* completions taken by zcrpc__conn_arm() */
 		n = c->nstash;
@@ -119,7 +119,7 @@ int zcrpc__conn_poll(zcrpc_conn *c)
 
 int zcrpc__conn_arm(zcrpc_conn *c)
 {
-	if (c->test_broken)
+	if (ZCRPC_CONN_FROZEN(c))
 		return 0;
 	if (c->cq_armed)
 		return c->nstash > 0;

@@ -14,10 +14,6 @@
 
 #include "../core/le.h"
 #include "hello.h"
-#include "test_hooks.h"
-
-/* zcrpc__test_next_cq_entries(): the next connection's CQ size, 0 = normal. */
-static atomic_int test_next_cqe;
 
 static void on_deadline(struct zcrpc__timer *t, int64_t now);
 
@@ -137,12 +133,9 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	c->mw.depth = c->sq_depth;
 	c->sq_size = c->sq_depth + c->mw.depth;
 	cqe = c->recv_depth + c->sq_size;
-	{
-		int small = atomic_exchange(&test_next_cqe, 0);
-
-		if (small > 0)
-			cqe = (uint32_t)small; /* tests only: an undersized CQ */
-	}
+#ifdef ZCRPC_TESTING
+	cqe = zcrpc__testing_cq_entries(cqe); /* an undersized CQ (T19) */
+#endif
 	if ((int)cqe > c->dev->attr->max_cqe ||
 	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||
 	    (int)c->sq_size > c->dev->attr->max_qp_wr) {
@@ -209,13 +202,7 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 
 uint32_t zcrpc__worker_features(const zcrpc_worker *w)
 {
-	return ZCRPC_FEAT_ALL & ~w->test_no_features;
-}
-
-void zcrpc__worker_test_clear_features(zcrpc_worker *w, uint32_t bits)
-{
-	if (w)
-		w->test_no_features = bits;
+	return ZCRPC_FEAT_ALL & ~ZCRPC_TEST_NO_FEATURES(w);
 }
 
 static void notify(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status)
@@ -354,7 +341,7 @@ static void send_close(zcrpc_conn *c)
 	zcrpc__put_le32(msg, (uint32_t)c->close_status);
 
 	if (!(c->features & ZCRPC_FEAT_CLOSE) || c->close_sent ||
-	    c->state != ZCRPC_CONN_ESTABLISHED || c->test_broken)
+	    c->state != ZCRPC_CONN_ESTABLISHED || ZCRPC_CONN_FROZEN(c))
 		return;
 	if (zcrpc__conn_send_ctrl(c, ZCRPC_MSG_CLOSE, msg, sizeof(msg), 0) !=
 	    ZCRPC_OK)
@@ -384,7 +371,7 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 	struct zcrpc_hello h;
 	char why[128];
 
-	if (c->test_broken)
+	if (ZCRPC_CONN_FROZEN(c))
 		return; /* frozen: not even a DREP */
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
@@ -486,7 +473,8 @@ void zcrpc__conn_clear_deadline(zcrpc_conn *c)
 
 void zcrpc_conn_close(zcrpc_conn *c)
 {
-	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing || c->test_broken)
+	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing ||
+	    ZCRPC_CONN_FROZEN(c))
 		return;
 	if (c->state == ZCRPC_CONN_CONNECTING) {
 		zcrpc__conn_fail(c, ZCRPC_CANCELLED,
@@ -620,11 +608,11 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 {
 	if (c->torn_down)
 		return;
-	if (c->close_sent && !c->disconnected && !c->test_broken &&
+	if (c->close_sent && !c->disconnected && !ZCRPC_CONN_FROZEN(c) &&
 	    !c->dev_gone && c->id && c->id->qp)
 		wait_close_sent(c);
 	c->torn_down = 1;
-	if (c->test_broken)
+	if (ZCRPC_CONN_FROZEN(c))
 		return; /* leaked on purpose: destroying the id sends a DREQ */
 	if (c->id && c->id->qp && !c->disconnected && c->migrated)
 		rdma_disconnect(c->id); /* QP to error, DREQ to the peer */
@@ -647,36 +635,6 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 		rdma_destroy_ep(c->id);
 		c->id = NULL;
 	}
-}
-
-zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c)
-{
-	struct ibv_qp_attr attr;
-
-	if (!c || !c->id || !c->id->qp || c->torn_down)
-		return ZCRPC_INVALID_ARGUMENT;
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = IBV_QPS_ERR;
-	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
-		return ZCRPC_INTERNAL;
-	c->test_broken = 1;
-	c->disconnected = 1; /* never rdma_disconnect */
-	zcrpc__conn_clear_deadline(c);
-	return ZCRPC_OK;
-}
-
-void zcrpc__test_next_cq_entries(int entries)
-{
-	atomic_store(&test_next_cqe, entries);
-}
-
-zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c)
-{
-	if (!c || c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
-		return ZCRPC_FAILED_PRECONDITION;
-	c->credits += 1u << 20;
-	c->peer_recv_depth += 1u << 20;
-	return ZCRPC_OK;
 }
 
 void zcrpc__conn_free(zcrpc_conn *c)

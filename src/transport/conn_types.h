@@ -131,7 +131,6 @@ struct zcrpc_conn {
 	unsigned kept : 1;	     /* on_recv kept the slot */
 	unsigned want_writable : 1;  /* a send was refused: tell on_writable */
 	unsigned ka_outstanding : 1; /* a keepalive probe is in the ring */
-	unsigned test_broken : 1;    /* zcrpc__conn_test_break_qp(): frozen */
 	unsigned drain_close : 1; /* closing: disconnect once the SQ drained */
 	unsigned dev_gone : 1;	  /* its device was removed: nothing flushes */
 	unsigned close_sent : 1;  /* our CLOSE is in the ring (close_seq) */
@@ -183,6 +182,11 @@ struct zcrpc_conn {
 	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
 	int timeout_ms;
 	zcrpc_conn_stats stats;
+#ifdef ZCRPC_TESTING
+	unsigned test_broken : 1; /* zcrpc__conn_test_break_qp(): frozen */
+	uint8_t test_auth_mode;	  /* zcrpc__conn_test_auth() */
+	uint8_t test_auth_proof[ZCRPC_AUTH_PROOF_LEN];
+#endif
 };
 
 struct zcrpc_listener {

@@ -14,10 +14,32 @@
 #include "conn_types.h"
 #include "hello.h"
 #include "mempool.h"
-#include "test_hooks.h"
 #include "worker_types.h"
 #include "../core/log.h"
 #include "zcrpc/transport.h"
+
+/* ---- test points ---------------------------------------------------------
+ * zcrpc_internal, the library the tests link, is built with ZCRPC_TESTING:
+ * its hooks (test_hooks.h, bodies in test_hooks.c) set state the library
+ * reads at the points below. The shipped libzcrpc is built without it:
+ * each point is its normal value there and no hook is compiled in. */
+#ifdef ZCRPC_TESTING
+#include "test_hooks.h"
+/* zcrpc__conn_test_break_qp(): the connection is frozen. */
+#define ZCRPC_CONN_FROZEN(c) ((c)->test_broken)
+/* zcrpc__worker_test_clear_features(): feature bits its hellos leave out. */
+#define ZCRPC_TEST_NO_FEATURES(w) ((w)->test_no_features)
+/* zcrpc__test_allow_zero_writes(): zcrpc_conn_write() takes a length 0. */
+#define ZCRPC_TEST_ZERO_WRITES_OK zcrpc__testing_zero_writes()
+uint32_t zcrpc__testing_cq_entries(uint32_t cqe);
+uint32_t zcrpc__testing_write_piece(uint32_t own);
+int zcrpc__testing_zero_writes(void);
+const uint8_t *zcrpc__auth_sent_proof(const zcrpc_conn *c);
+#else
+#define ZCRPC_CONN_FROZEN(c)	  ((void)(c), 0)
+#define ZCRPC_TEST_NO_FEATURES(w) ((void)(w), 0u)
+#define ZCRPC_TEST_ZERO_WRITES_OK 0
+#endif
 
 /* How to get a device, for the "no RDMA device" messages. */
 #define ZCRPC_NO_DEVICE_HINT                                                   \
@@ -117,29 +139,6 @@ uint32_t zcrpc__worker_features(const zcrpc_worker *w);
 /* A CLOSE message arrived (msg.c): the peer closes in order. */
 void zcrpc__conn_on_close_msg(zcrpc_conn *c, const uint8_t *payload);
 
-/*
- * Tests only: moves the connection's QP to IBV_QPS_ERR with ibv_modify_qp,
- * without rdma_disconnect, and freezes the connection: from then on it
- * ignores its completions and CM events and never sends a DREQ, and its
- * teardown releases nothing (the id, QP and CQ stay until the process
- * exits, when the kernel sends the DREQ). The peer's next transmission
- * then goes unanswered (rxe drops packets to a QP in error) and fails with
- * retry-exceeded: a dead host, as the peer sees it. Returns OK,
- * INVALID_ARGUMENT (no QP) or INTERNAL (ibv_modify_qp failed).
- */
-zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c);
-
-/*
- * Tests only (rdma.Faults, T10): turns credit-based flow control off for
- * an ESTABLISHED connection by granting it 2^20 extra credits (the peer's
- * window grows alike, so credit updates still check out). Sends then go
- * out whether or not the peer has a receive posted: with rnr_retry_count 0
- * the first one that finds none fails the connection (RNR retry exceeded).
- * Off by default; nothing else reaches it. Returns OK or
- * FAILED_PRECONDITION (not established).
- */
-zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c);
-
 /* ---- send_queue.c: the send ring, deferral behind local operations */
 int zcrpc__sq_room(const zcrpc_conn *c);
 int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
@@ -213,6 +212,11 @@ void zcrpc__worker_on_watch(zcrpc_worker *w);
 
 /* ---- async.c: device async events (port up/down, QP/CQ errors). */
 void zcrpc__context_async_init(zcrpc_context *ctx);
+/* Handles device @idx's event @type for the QP @qp_num or the CQ @cq
+ * (read from the event before it was acknowledged). */
+void zcrpc__worker_async_event(zcrpc_worker *w, int idx,
+			       enum ibv_event_type type, uint32_t qp_num,
+			       const void *cq);
 zcrpc_status zcrpc__worker_async_watch(zcrpc_worker *w);
 void zcrpc__worker_on_async(zcrpc_worker *w, int idx);
 

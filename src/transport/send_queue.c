@@ -127,8 +127,8 @@ int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
  * that still has uncompleted WRs before it. Runs after completions. */
 void zcrpc__sq_post_deferred(zcrpc_conn *c)
 {
-	while (c->sq_posted != c->sq_tail && !c->torn_down && !c->test_broken &&
-	       c->id && c->id->qp) {
+	while (c->sq_posted != c->sq_tail && !c->torn_down &&
+	       !ZCRPC_CONN_FROZEN(c) && c->id && c->id->qp) {
 		struct zcrpc__sq_entry *e = &c->sq[c->sq_posted % c->sq_size];
 		struct zcrpc__deferred_wr *dw = e->dw;
 		int rc;

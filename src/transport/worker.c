@@ -96,7 +96,7 @@ static void check_keepalives(struct zcrpc__timer *t, int64_t now)
 
 	zcrpc__foreach_conn(c, it, w) {
 		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
-		    c->torn_down || c->test_broken)
+		    c->torn_down || ZCRPC_CONN_FROZEN(c))
 			continue;
 		any = 1;
 		if (c->ka_outstanding || now - c->last_active_ns < idle ||

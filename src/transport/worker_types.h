@@ -157,7 +157,9 @@ struct zcrpc_worker {
 	unsigned removed_gen;	     /* ctx->removed_gen when last swept */
 	uint64_t rejected_auth, rejected_busy,
 		handshake_timeouts; /* admission */
-	uint32_t test_no_features;  /* tests: bits its hellos leave out */
+#ifdef ZCRPC_TESTING
+	uint32_t test_no_features; /* tests: bits its hellos leave out */
+#endif
 	char err[192];
 };
 
