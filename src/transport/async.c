@@ -30,9 +30,10 @@ struct async_target {
 
 static void fail_target(zcrpc_worker *w, const struct async_target *t)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		int match;
 
 		if (c->torn_down || !c->dev || c->dev->idx != t->dev_idx)
@@ -61,11 +62,13 @@ static void posted_fail(zcrpc_worker *w, void *arg)
 static void route(zcrpc_worker *w, const struct async_target *t)
 {
 	zcrpc_context *ctx = w->ctx;
-	zcrpc_worker *o;
+	struct zcrpc__list *it;
 
 	fail_target(w, t);
 	pthread_mutex_lock(&ctx->lock);
-	for (o = ctx->workers; o; o = o->ctx_next) {
+	zcrpc__list_foreach(it, &ctx->workers) {
+		zcrpc_worker *o =
+			zcrpc__container_of(it, zcrpc_worker, ctx_link);
 		struct async_target *copy;
 
 		if (o == w || !(copy = malloc(sizeof(*copy))))
@@ -78,8 +81,9 @@ static void route(zcrpc_worker *w, const struct async_target *t)
 }
 
 /* @qp_num and @cq were read from the event before it was acknowledged. */
-static void handle(zcrpc_worker *w, int idx, enum ibv_event_type type,
-		   uint32_t qp_num, const void *cq)
+void zcrpc__worker_async_event(zcrpc_worker *w, int idx,
+			       enum ibv_event_type type, uint32_t qp_num,
+			       const void *cq)
 {
 	zcrpc_context *ctx = w->ctx;
 	struct async_target t;
@@ -172,43 +176,6 @@ void zcrpc__worker_on_async(zcrpc_worker *w, int idx)
 		pthread_mutex_unlock(&ctx->lock);
 		if (!got)
 			break;
-		handle(w, idx, ev.event_type, qp_num, cq);
-	}
-}
-
-zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
-					    enum ibv_event_type type)
-{
-	if (!w || !c || !c->dev || !c->id || !c->id->qp)
-		return ZCRPC_INVALID_ARGUMENT;
-	handle(w, c->dev->idx, type, c->id->qp->qp_num,
-	       type == IBV_EVENT_CQ_ERR ? (const void *)c->cq : NULL);
-	return ZCRPC_OK;
-}
-
-void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out)
-{
-	zcrpc_conn *c;
-	int64_t now = zcrpc__now_ns();
-
-	fprintf(out, "worker: next_keepalive in %lld ms\n",
-		w->next_keepalive_ns ? (long long)((w->next_keepalive_ns - now) / 1000000) : -1LL);
-	for (c = w->conns; c; c = c->next) {
-		struct zcrpc__write_op *op;
-		int nwq = 0;
-
-		for (op = c->wq; op; op = op->next)
-			nwq++;
-		fprintf(out,
-			"conn %p: state %d closing %u drain %u dead %u torn %u broken %u "
-			"ka_out %u idle %lld ms sq %llu..%llu posted to %llu (room %d, mw.used %u, "
-			"inv waiting %d) wq %d credits %u owed %u detail '%s'\n",
-			(void *)c, (int)c->state, c->closing, c->drain_close, c->dead,
-			c->torn_down, c->test_broken, c->ka_outstanding,
-			(long long)((now - c->last_active_ns) / 1000000),
-			(unsigned long long)c->sq_head, (unsigned long long)c->sq_tail,
-			(unsigned long long)c->sq_posted,
-			c->sq ? zcrpc__sq_room(c) : -1, c->mw.used,
-			c->mw.inv_head != NULL, nwq, c->credits, c->owed, c->detail);
+		zcrpc__worker_async_event(w, idx, ev.event_type, qp_num, cq);
 	}
 }

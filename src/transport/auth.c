@@ -35,9 +35,7 @@ struct zcrpc__auth {
 	char identity[ZCRPC_IDENTITY_MAX];
 	size_t identity_len;
 	uint8_t nonce[ZCRPC_HELLO_NONCE_LEN]; /* server: its own; client: unused */
-	uint8_t sent[ZCRPC_AUTH_PROOF_LEN];    /* client: the proof last sent */
-	uint8_t test_proof[ZCRPC_AUTH_PROOF_LEN];
-	int test_mode;
+	uint8_t sent[ZCRPC_AUTH_PROOF_LEN];   /* client: the proof last sent */
 	unsigned has_sent : 1;
 	unsigned done : 1; /* proof verified (server) or accepted (client) */
 	char why[128];	   /* server: why the proof was refused */
@@ -263,19 +261,23 @@ int zcrpc__auth_client_start(zcrpc_conn *c, const struct zcrpc_hello *h)
 		return 1;
 	}
 	c->auth_phase = ZCRPC_AUTH_CLIENT_WAIT;
-	if (a->test_mode == ZCRPC_AUTH_TEST_SILENT)
+#ifdef ZCRPC_TESTING
+	if (c->test_auth_mode == ZCRPC_AUTH_TEST_SILENT)
 		return 1;
-	if (a->test_mode == ZCRPC_AUTH_TEST_DATA_FIRST) {
+	if (c->test_auth_mode == ZCRPC_AUTH_TEST_DATA_FIRST) {
 		st = zcrpc__conn_send_ctrl(c, ZCRPC_MSG_DATA, "hello", 5, 0);
 		goto sent;
 	}
+#endif
 	if (zcrpc__auth_proof(a->key, a->key_len, h->nonce, a->identity,
 			      a->identity_len, a->sent)) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL, "computing the HMAC failed");
 		return 1;
 	}
-	if (a->test_mode == ZCRPC_AUTH_TEST_PROOF)
-		memcpy(a->sent, a->test_proof, sizeof(a->sent));
+#ifdef ZCRPC_TESTING
+	if (c->test_auth_mode == ZCRPC_AUTH_TEST_PROOF)
+		memcpy(a->sent, c->test_auth_proof, sizeof(a->sent));
+#endif
 	proof = a->sent;
 	zcrpc__put_le16(buf, (uint16_t)a->identity_len);
 	zcrpc__put_le16(buf + 2, 0);
@@ -286,7 +288,9 @@ int zcrpc__auth_client_start(zcrpc_conn *c, const struct zcrpc_hello *h)
 				   ZCRPC_AUTH_HDR_LEN + a->identity_len, 0);
 	if (st == ZCRPC_OK)
 		a->has_sent = 1;
+#ifdef ZCRPC_TESTING
 sent:
+#endif
 	if (st != ZCRPC_OK)
 		zcrpc__conn_fail(c, st == ZCRPC_INVALID_ARGUMENT
 					    ? ZCRPC_FAILED_PRECONDITION
@@ -380,24 +384,11 @@ void zcrpc__auth_on_imm(zcrpc_conn *c, uint32_t pos)
 				 "protocol violation: a write with immediate before the authentication result");
 }
 
-/* ---- tests ---------------------------------------------------------------- */
-
-zcrpc_status zcrpc__conn_test_auth(zcrpc_conn *c, int mode,
-				   const uint8_t *proof)
+#ifdef ZCRPC_TESTING
+/* For zcrpc__conn_test_auth_sent (test_hooks.c): the proof the last AUTH
+ * carried, or NULL. */
+const uint8_t *zcrpc__auth_sent_proof(const zcrpc_conn *c)
 {
-	if (!c || !c->auth || c->passive || mode < ZCRPC_AUTH_TEST_NORMAL ||
-	    mode > ZCRPC_AUTH_TEST_PROOF || (mode == ZCRPC_AUTH_TEST_PROOF && !proof))
-		return ZCRPC_INVALID_ARGUMENT;
-	c->auth->test_mode = mode;
-	if (proof)
-		memcpy(c->auth->test_proof, proof, ZCRPC_AUTH_PROOF_LEN);
-	return ZCRPC_OK;
+	return c->auth && c->auth->has_sent ? c->auth->sent : NULL;
 }
-
-zcrpc_status zcrpc__conn_test_auth_sent(const zcrpc_conn *c, uint8_t *proof)
-{
-	if (!c || !c->auth || !c->auth->has_sent || !proof)
-		return ZCRPC_INVALID_ARGUMENT;
-	memcpy(proof, c->auth->sent, ZCRPC_AUTH_PROOF_LEN);
-	return ZCRPC_OK;
-}
+#endif

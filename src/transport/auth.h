@@ -44,25 +44,12 @@ int zcrpc__auth_proof(const void *key, size_t key_len, const uint8_t *nonce,
 		      const char *identity, size_t identity_len,
 		      uint8_t out[ZCRPC_AUTH_PROOF_LEN]);
 
-/*
- * Tests only, on a client connection with a key, before it is established:
- * how it authenticates. NORMAL proves the key; SILENT never sends AUTH;
- * DATA_FIRST sends a DATA message instead; PROOF sends @proof (32 bytes)
- * verbatim, as a replay would. zcrpc__conn_test_auth_sent() copies the
- * proof the last AUTH carried (INVALID_ARGUMENT when none was sent).
- */
-enum zcrpc__auth_test_mode {
-	ZCRPC_AUTH_TEST_NORMAL = 0,
-	ZCRPC_AUTH_TEST_SILENT = 1,
-	ZCRPC_AUTH_TEST_DATA_FIRST = 2,
-	ZCRPC_AUTH_TEST_PROOF = 3,
-};
-zcrpc_status zcrpc__conn_test_auth(zcrpc_conn *c, int mode,
-				   const uint8_t *proof);
-zcrpc_status zcrpc__conn_test_auth_sent(const zcrpc_conn *c, uint8_t *proof);
-
 #ifdef __cplusplus
 }
+#endif
+
+#ifdef ZCRPC_TESTING
+#include "test_hooks.h" /* the test modes (ZCRPC_AUTH_TEST_*) */
 #endif
 
 #endif /* ZCRPC_AUTH_H */

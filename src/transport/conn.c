@@ -1,6 +1,7 @@
 /* zcrpc — a connection's lifecycle: QP and CQ setup, the handshake
  * parameters, state changes from CM events, deadlines, close, teardown.
- * The data path is in sendrecv.c and write.c. */
+ * The data path is in send_queue.c, recv_ring.c, credits.c, msg.c,
+ * completion.c and write.c. */
 #include "internal.h"
 
 #include <errno.h>
@@ -13,10 +14,8 @@
 
 #include "../core/le.h"
 #include "hello.h"
-#include "test_hooks.h"
 
-/* zcrpc__test_next_cq_entries(): the next connection's CQ size, 0 = normal. */
-static atomic_int test_next_cqe;
+static void on_deadline(struct zcrpc__timer *t, int64_t now);
 
 #define ZCRPC_INLINE_WANTED 220
 #define ZCRPC_CLOSE_TIMEOUT_NS (2000LL * 1000000LL)
@@ -45,11 +44,63 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 		zcrpc__copy_handlers(&c->h, h);
 	c->state = ZCRPC_CONN_CONNECTING;
 	c->status = ZCRPC_OK;
-	c->next = w->conns;
-	if (w->conns)
-		w->conns->prev = c;
-	w->conns = c;
+	c->deadline.fn = on_deadline;
+	zcrpc__list_push_front(&w->conns, &c->link);
 	return c;
+}
+
+/* The send ring and the receive positions, sized at setup. */
+zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c)
+{
+	c->recv = calloc(c->recv_depth, sizeof(*c->recv));
+	c->recv_has = calloc(c->recv_depth, 1);
+	c->sq = calloc(c->sq_size, sizeof(*c->sq));
+	if (!c->recv || !c->recv_has || !c->sq) {
+		zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	return ZCRPC_OK;
+}
+
+/* Teardown: the send ring reaped as flushed, writes not posted answered,
+ * the receive positions' slots given back, in that order. */
+void zcrpc__conn_release_queues(zcrpc_conn *c)
+{
+	zcrpc__sq_flush_all(c);
+	zcrpc__write_release_all(c);
+	zcrpc__recv_release(c);
+	free(c->sq);
+	c->sq = NULL;
+}
+
+/* The RC QP on the context's PD, both queues on @c's CQ, with inline data
+ * if the provider grants it. Returns 0, or -1 with errno set. */
+static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr;
+	struct ibv_qp_attr qattr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.send_cq = c->cq;
+	attr.recv_cq = c->cq;
+	attr.qp_type = IBV_QPT_RC;
+	attr.cap.max_send_wr = c->sq_size;
+	attr.cap.max_recv_wr = c->recv_depth;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.cap.max_inline_data = ZCRPC_INLINE_WANTED;
+	attr.qp_context = c;
+	if (rdma_create_qp(id, c->dev->pd, &attr)) {
+		attr.cap.max_inline_data = 0; /* provider may refuse inline */
+		if (rdma_create_qp(id, c->dev->pd, &attr))
+			return -1;
+	}
+	memset(&qattr, 0, sizeof(qattr));
+	if (ibv_query_qp(id->qp, &qattr, IBV_QP_CAP, &attr))
+		return -1;
+	c->max_inline = attr.cap.max_inline_data; /* what was granted */
+	c->stats.max_inline = c->max_inline;
+	return 0;
 }
 
 /* Creates the CQ (on the device's completion channel) and the QP on the
@@ -59,8 +110,6 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 {
 	zcrpc_worker *w = c->w;
-	struct ibv_qp_init_attr attr;
-	struct ibv_qp_attr qattr;
 	uint32_t cqe;
 	zcrpc_status st;
 	uint8_t tmo = w->opts.ack_timeout;
@@ -85,12 +134,9 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	c->mw.depth = c->sq_depth;
 	c->sq_size = c->sq_depth + c->mw.depth;
 	cqe = c->recv_depth + c->sq_size;
-	{
-		int small = atomic_exchange(&test_next_cqe, 0);
-
-		if (small > 0)
-			cqe = (uint32_t)small; /* tests only: an undersized CQ */
-	}
+#ifdef ZCRPC_TESTING
+	cqe = zcrpc__testing_cq_entries(cqe); /* an undersized CQ (T19) */
+#endif
 	if ((int)cqe > c->dev->attr->max_cqe ||
 	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||
 	    (int)c->sq_size > c->dev->attr->max_qp_wr) {
@@ -107,28 +153,8 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	c->cq = ibv_create_cq(id->verbs, (int)cqe, c, c->dev->comp_ch, 0);
 	if (!c->cq)
 		goto err_errno;
-
-	memset(&attr, 0, sizeof(attr));
-	attr.send_cq = c->cq;
-	attr.recv_cq = c->cq;
-	attr.qp_type = IBV_QPT_RC;
-	attr.cap.max_send_wr = c->sq_size;
-	attr.cap.max_recv_wr = c->recv_depth;
-	attr.cap.max_send_sge = 1;
-	attr.cap.max_recv_sge = 1;
-	attr.cap.max_inline_data = ZCRPC_INLINE_WANTED;
-	attr.qp_context = c;
-	if (rdma_create_qp(id, c->dev->pd, &attr)) {
-		attr.cap.max_inline_data = 0; /* provider may refuse inline */
-		if (rdma_create_qp(id, c->dev->pd, &attr))
-			goto err_errno;
-	}
-	memset(&qattr, 0, sizeof(qattr));
-	if (ibv_query_qp(id->qp, &qattr, IBV_QP_CAP, &attr))
+	if (create_qp(c, id))
 		goto err_errno;
-	c->max_inline = attr.cap.max_inline_data; /* what was granted */
-	c->stats.max_inline = c->max_inline;
-
 	st = zcrpc__conn_post_all_recvs(c);
 	if (st != ZCRPC_OK)
 		return st;
@@ -177,13 +203,7 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 
 uint32_t zcrpc__worker_features(const zcrpc_worker *w)
 {
-	return ZCRPC_FEAT_ALL & ~w->test_no_features;
-}
-
-void zcrpc__worker_test_clear_features(zcrpc_worker *w, uint32_t bits)
-{
-	if (w)
-		w->test_no_features = bits;
+	return ZCRPC_FEAT_ALL & ~ZCRPC_TEST_NO_FEATURES(w);
 }
 
 static void notify(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status)
@@ -223,7 +243,7 @@ void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
 	}
 	c->status = st;
 	c->state = ZCRPC_CONN_CLOSED;
-	c->deadline_ns = 0;
+	zcrpc__conn_clear_deadline(c);
 	c->w->need_reap = 1;
 	zcrpc__log(st == ZCRPC_OK ? ZCRPC_LOG_INFO : ZCRPC_LOG_ERROR,
 		   "connection %p closed: %s (%s)", (void *)c,
@@ -252,7 +272,7 @@ void zcrpc__conn_established(zcrpc_conn *c)
 	if (c->passive && zcrpc__auth_server_hold(c))
 		return;
 	c->state = ZCRPC_CONN_ESTABLISHED;
-	c->deadline_ns = 0;
+	zcrpc__conn_clear_deadline(c);
 	c->last_active_ns = zcrpc__now_ns();
 	zcrpc__worker_keepalive_start(c->w);
 	c->stats.peer_recv_depth = c->peer_recv_depth;
@@ -322,7 +342,7 @@ static void send_close(zcrpc_conn *c)
 	zcrpc__put_le32(msg, (uint32_t)c->close_status);
 
 	if (!(c->features & ZCRPC_FEAT_CLOSE) || c->close_sent ||
-	    c->state != ZCRPC_CONN_ESTABLISHED || c->test_broken)
+	    c->state != ZCRPC_CONN_ESTABLISHED || ZCRPC_CONN_FROZEN(c))
 		return;
 	if (zcrpc__conn_send_ctrl(c, ZCRPC_MSG_CLOSE, msg, sizeof(msg), 0) !=
 	    ZCRPC_OK)
@@ -352,7 +372,7 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 	struct zcrpc_hello h;
 	char why[128];
 
-	if (c->test_broken)
+	if (ZCRPC_CONN_FROZEN(c))
 		return; /* frozen: not even a DREP */
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
@@ -415,11 +435,13 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 	}
 }
 
-void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
+/* The connection's deadline timer: connecting, the handshake or the close
+ * took too long. */
+static void on_deadline(struct zcrpc__timer *t, int64_t now)
 {
-	if (!c->deadline_ns || now < c->deadline_ns)
-		return;
-	c->deadline_ns = 0;
+	zcrpc_conn *c = zcrpc__container_of(t, zcrpc_conn, deadline);
+
+	(void)now;
 	if (c->closing && c->drain_close) {
 		c->drain_close = 0; /* the teardown disconnects */
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed (send queue did not drain)");
@@ -439,9 +461,21 @@ void zcrpc__conn_check_deadline(zcrpc_conn *c, int64_t now)
 	}
 }
 
+void zcrpc__conn_set_deadline(zcrpc_conn *c, int64_t due_ns)
+{
+	zcrpc__timer_stop(c->w, &c->deadline);
+	zcrpc__timer_start(c->w, &c->deadline, due_ns);
+}
+
+void zcrpc__conn_clear_deadline(zcrpc_conn *c)
+{
+	zcrpc__timer_stop(c->w, &c->deadline);
+}
+
 void zcrpc_conn_close(zcrpc_conn *c)
 {
-	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing || c->test_broken)
+	if (!c || c->state == ZCRPC_CONN_CLOSED || c->closing ||
+	    ZCRPC_CONN_FROZEN(c))
 		return;
 	if (c->state == ZCRPC_CONN_CONNECTING) {
 		zcrpc__conn_fail(c, ZCRPC_CANCELLED,
@@ -451,8 +485,7 @@ void zcrpc_conn_close(zcrpc_conn *c)
 	c->closing = 1;
 	zcrpc__conn_fail_writes(c, ZCRPC_CANCELLED);
 	zcrpc__mw_fail_all(c);
-	c->deadline_ns = zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS;
-	zcrpc__worker_add_deadline(c->w, c->deadline_ns);
+	zcrpc__conn_set_deadline(c, zcrpc__now_ns() + ZCRPC_CLOSE_TIMEOUT_NS);
 	send_close(c); /* the last message; it drains with the rest */
 	if (c->state == ZCRPC_CONN_CLOSED)
 		return;
@@ -576,11 +609,11 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 {
 	if (c->torn_down)
 		return;
-	if (c->close_sent && !c->disconnected && !c->test_broken &&
+	if (c->close_sent && !c->disconnected && !ZCRPC_CONN_FROZEN(c) &&
 	    !c->dev_gone && c->id && c->id->qp)
 		wait_close_sent(c);
 	c->torn_down = 1;
-	if (c->test_broken)
+	if (ZCRPC_CONN_FROZEN(c))
 		return; /* leaked on purpose: destroying the id sends a DREQ */
 	if (c->id && c->id->qp && !c->disconnected && c->migrated)
 		rdma_disconnect(c->id); /* QP to error, DREQ to the peer */
@@ -605,48 +638,14 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	}
 }
 
-zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c)
-{
-	struct ibv_qp_attr attr;
-
-	if (!c || !c->id || !c->id->qp || c->torn_down)
-		return ZCRPC_INVALID_ARGUMENT;
-	memset(&attr, 0, sizeof(attr));
-	attr.qp_state = IBV_QPS_ERR;
-	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
-		return ZCRPC_INTERNAL;
-	c->test_broken = 1;
-	c->disconnected = 1; /* never rdma_disconnect */
-	c->deadline_ns = 0;
-	return ZCRPC_OK;
-}
-
-void zcrpc__test_next_cq_entries(int entries)
-{
-	atomic_store(&test_next_cqe, entries);
-}
-
-zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c)
-{
-	if (!c || c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
-		return ZCRPC_FAILED_PRECONDITION;
-	c->credits += 1u << 20;
-	c->peer_recv_depth += 1u << 20;
-	return ZCRPC_OK;
-}
-
 void zcrpc__conn_free(zcrpc_conn *c)
 {
 	zcrpc_worker *w = c->w;
 
 	zcrpc__worker_account_gone(w, c);
+	zcrpc__timer_stop(w, &c->deadline);
 	zcrpc__auth_free(c);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		w->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	zcrpc__list_remove(&c->link);
 	free(c);
 }
 

@@ -83,18 +83,6 @@ static void job_free(struct zcrpc__job *job)
 	free(job);
 }
 
-static void job_unlink(zcrpc_worker *w, struct zcrpc__job *job)
-{
-	struct zcrpc__job **pp;
-
-	for (pp = &w->jobs; *pp; pp = &(*pp)->next) {
-		if (*pp == job) {
-			*pp = job->next;
-			return;
-		}
-	}
-}
-
 void zcrpc__job_abandon(zcrpc_conn *c)
 {
 	if (!c->job)
@@ -155,7 +143,7 @@ void zcrpc__jobs_handle_done(zcrpc_worker *w)
 
 		done = job->done_next;
 		pthread_join(job->thread, NULL);
-		job_unlink(w, job);
+		zcrpc__list_remove(&job->link);
 		c = job->conn; /* no lock needed: the thread has exited */
 		if (c)
 			job_continue(c, job);
@@ -165,10 +153,13 @@ void zcrpc__jobs_handle_done(zcrpc_worker *w)
 
 void zcrpc__jobs_join_all(zcrpc_worker *w)
 {
-	while (w->jobs) {
-		struct zcrpc__job *job = w->jobs;
+	struct zcrpc__list *it;
 
-		w->jobs = job->next;
+	while ((it = zcrpc__list_first(&w->jobs))) {
+		struct zcrpc__job *job =
+			zcrpc__container_of(it, struct zcrpc__job, link);
+
+		zcrpc__list_remove(it);
 		pthread_join(job->thread, NULL);
 		job_free(job);
 	}
@@ -232,10 +223,9 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	job->w = w;
 	if (pthread_create(&job->thread, NULL, job_main, job))
 		goto err_conn;
-	job->next = w->jobs;
-	w->jobs = job;
-	c->deadline_ns = zcrpc__now_ns() + (int64_t)o.timeout_ms * 1000000LL;
-	zcrpc__worker_add_deadline(w, c->deadline_ns);
+	zcrpc__list_push_front(&w->jobs, &job->link);
+	zcrpc__conn_set_deadline(c, zcrpc__now_ns() +
+					    (int64_t)o.timeout_ms * 1000000LL);
 	*out = c;
 	return ZCRPC_OK;
 

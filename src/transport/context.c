@@ -20,6 +20,8 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 	if (!ctx)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	atomic_init(&ctx->refs, 1);
+	zcrpc__list_init(&ctx->mrs);
+	zcrpc__list_init(&ctx->workers);
 	atomic_init(&ctx->removed_gen, 0);
 	if (pthread_mutex_init(&ctx->lock, NULL)) {
 		free(ctx);
@@ -206,10 +208,7 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 	mr->len = len;
 	mr->flags = flags;
 	pthread_mutex_lock(&ctx->lock);
-	mr->next = ctx->mrs;
-	if (ctx->mrs)
-		ctx->mrs->prev = mr;
-	ctx->mrs = mr;
+	zcrpc__list_push_front(&ctx->mrs, &mr->link);
 	pthread_mutex_unlock(&ctx->lock);
 	*out = mr;
 	return ZCRPC_OK;
@@ -222,12 +221,7 @@ void zcrpc_mr_deregister(zcrpc_mr *mr)
 	if (!mr)
 		return;
 	pthread_mutex_lock(&mr->ctx->lock);
-	if (mr->prev)
-		mr->prev->next = mr->next;
-	else
-		mr->ctx->mrs = mr->next;
-	if (mr->next)
-		mr->next->prev = mr->prev;
+	zcrpc__list_remove(&mr->link);
 	for (i = 0; i < mr->ctx->ndev; i++)
 		if (mr->mrs[i])
 			ibv_dereg_mr(mr->mrs[i]);

@@ -52,33 +52,29 @@ static void reject(struct rdma_cm_id *id, zcrpc_status st)
 	rdma_destroy_ep(id);
 }
 
-static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
+/* The connect request's hello and the policy checks. Returns OK to go
+ * on, or the status to reject the request with. */
+static zcrpc_status admit(zcrpc_listener *l, const struct rdma_cm_event *ev,
+			  struct zcrpc_hello *h)
 {
 	zcrpc_worker *w = l->w;
-	struct rdma_cm_event *ev = id->event;
-	struct rdma_conn_param param;
-	uint8_t pdata[ZCRPC_HELLO_MAX];
-	struct zcrpc_hello h;
-	zcrpc_conn *c;
 	zcrpc_status st;
 	char why[128];
 
 	st = zcrpc__hello_decode(ev->param.conn.private_data,
-				 ev->param.conn.private_data_len, &h, why,
+				 ev->param.conn.private_data_len, h, why,
 				 sizeof(why));
-	if (st == ZCRPC_OK && h.kind != ZCRPC_HELLO_CONNECT)
+	if (st == ZCRPC_OK && h->kind != ZCRPC_HELLO_CONNECT)
 		st = ZCRPC_INVALID_ARGUMENT;
 	if (st != ZCRPC_OK) {
 		zcrpc__worker_seterr(w, "rejected a connection: %s", why);
-		reject(id, st);
-		return;
+		return st;
 	}
 	/* The passive QP takes its retry counts from the client's request. */
 	if (ev->param.conn.retry_count > 6) {
 		zcrpc__worker_seterr(w, "rejected a connection asking retry_count %u (7 = forever)",
 				     ev->param.conn.retry_count);
-		reject(id, ZCRPC_FAILED_PRECONDITION);
-		return;
+		return ZCRPC_FAILED_PRECONDITION;
 	}
 	/* Admission: a bounded number of handshakes, and a key if we have
 	 * one (docs/protocol.md §1). */
@@ -86,13 +82,28 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 		w->rejected_busy++;
 		zcrpc__worker_seterr(w, "rejected a connection: %u handshakes in progress (max_handshakes)",
 				     l->handshakes);
-		reject(id, ZCRPC_RESOURCE_EXHAUSTED);
-		return;
+		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	if (l->opts.psk && !(h.features & ZCRPC_FEAT_AUTH)) {
+	if (l->opts.psk && !(h->features & ZCRPC_FEAT_AUTH)) {
 		w->rejected_auth++;
 		zcrpc__worker_seterr(w, "rejected a connection without a pre-shared key");
-		reject(id, ZCRPC_UNAUTHENTICATED);
+		return ZCRPC_UNAUTHENTICATED;
+	}
+	return ZCRPC_OK;
+}
+
+static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
+{
+	zcrpc_worker *w = l->w;
+	struct rdma_conn_param param;
+	uint8_t pdata[ZCRPC_HELLO_MAX];
+	struct zcrpc_hello h;
+	zcrpc_conn *c;
+	zcrpc_status st;
+
+	st = admit(l, id->event, &h);
+	if (st != ZCRPC_OK) {
+		reject(id, st);
 		return;
 	}
 	c = zcrpc__conn_alloc(w, &l->opts.conn_handlers);
@@ -131,9 +142,9 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 		return;
 	}
 	c->timeout_ms = l->opts.handshake_timeout_ms;
-	c->deadline_ns = zcrpc__now_ns() +
-			 (int64_t)l->opts.handshake_timeout_ms * 1000000LL;
-	zcrpc__worker_add_deadline(w, c->deadline_ns);
+	zcrpc__conn_set_deadline(
+		c, zcrpc__now_ns() +
+			   (int64_t)l->opts.handshake_timeout_ms * 1000000LL);
 	return;
 
 err_reject:
@@ -192,6 +203,9 @@ void zcrpc__listener_on_readable(zcrpc_listener *l)
 	}
 }
 
+/* Long for its goto ladder: options, key copy, resolution, id, bind,
+ * listen, epoll, each unwound in order below (issue 12: the
+ * option copying is the ABI pass's to change, so it stays in one piece). */
 zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 			  const char *port, const zcrpc_listen_opts *opts,
 			  zcrpc_listener **out)
@@ -270,10 +284,7 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 		goto err_ep;
 	}
 	rdma_freeaddrinfo(res);
-	l->next = w->listeners;
-	if (w->listeners)
-		w->listeners->prev = l;
-	w->listeners = l;
+	zcrpc__list_push_front(&w->listeners, &l->link);
 	*out = l;
 	return ZCRPC_OK;
 
@@ -295,25 +306,20 @@ uint16_t zcrpc_listener_port(const zcrpc_listener *l)
 void zcrpc_listener_destroy(zcrpc_listener *l)
 {
 	zcrpc_worker *w;
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
 	if (!l)
 		return;
 	w = l->w;
 	/* Connections accepted but not yet ESTABLISHED die with it. */
-	for (c = w->conns; c; c = c->next)
-		if (c->listener == l)
-			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
+	zcrpc__foreach_conn(c, it, w) if (c->listener == l)
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
 	if (l->id) { /* NULL when its device was removed */
 		epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
 		rdma_destroy_ep(l->id);
 	}
-	if (l->prev)
-		l->prev->next = l->next;
-	else
-		w->listeners = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
+	zcrpc__list_remove(&l->link);
 	explicit_bzero(l->psk, sizeof(l->psk)); /* the key copy */
 	free(l);
 }

@@ -72,7 +72,7 @@ zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
 	if (mr->ctx != c->w->ctx)
 		return ZCRPC_INVALID_ARGUMENT;
 	if (!c->dev || c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
-	    c->test_broken)
+	    ZCRPC_CONN_FROZEN(c))
 		return ZCRPC_FAILED_PRECONDITION;
 	if (!mr->mrs[c->dev->idx])
 		return ZCRPC_FAILED_PRECONDITION; /* registered after a removal */

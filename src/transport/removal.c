@@ -34,14 +34,17 @@ static void wake(zcrpc_worker *w)
 static void release_ctx_dev(zcrpc_context *ctx, int idx)
 {
 	struct zcrpc__ctx_dev *d = &ctx->dev[idx];
-	zcrpc_mr *mr;
+	struct zcrpc__list *it;
 	int n = 0;
 
-	for (mr = ctx->mrs; mr; mr = mr->next)
+	zcrpc__list_foreach(it, &ctx->mrs) {
+		zcrpc_mr *mr = zcrpc__container_of(it, zcrpc_mr, link);
+
 		if (mr->mrs[idx]) {
 			ibv_dereg_mr(mr->mrs[idx]);
 			mr->mrs[idx] = NULL;
 		}
+	}
 	if (d->pd && ibv_dealloc_pd(d->pd) == 0)
 		d->pd = NULL;
 	if (d->watch) {
@@ -61,11 +64,7 @@ void zcrpc__context_add_worker(zcrpc_context *ctx, zcrpc_worker *w)
 	int i;
 
 	pthread_mutex_lock(&ctx->lock);
-	w->ctx_prev = NULL;
-	w->ctx_next = ctx->workers;
-	if (ctx->workers)
-		ctx->workers->ctx_prev = w;
-	ctx->workers = w;
+	zcrpc__list_push_front(&ctx->workers, &w->ctx_link);
 	for (i = 0; i < ctx->ndev; i++)
 		if (ctx->dev[i].removed)
 			w->removed_seen |= 1u << i; /* nothing of it to hold */
@@ -80,12 +79,7 @@ void zcrpc__context_remove_worker(zcrpc_context *ctx, zcrpc_worker *w)
 	int i;
 
 	pthread_mutex_lock(&ctx->lock);
-	if (w->ctx_prev)
-		w->ctx_prev->ctx_next = w->ctx_next;
-	else
-		ctx->workers = w->ctx_next;
-	if (w->ctx_next)
-		w->ctx_next->ctx_prev = w->ctx_prev;
+	zcrpc__list_remove(&w->ctx_link);
 	for (i = 0; i < ctx->ndev; i++) {
 		struct zcrpc__ctx_dev *d = &ctx->dev[i];
 
@@ -102,10 +96,10 @@ void zcrpc__context_remove_worker(zcrpc_context *ctx, zcrpc_worker *w)
 static void sweep_one(zcrpc_worker *w, int idx)
 {
 	struct ibv_context *verbs = w->ctx->dev[idx].verbs;
-	zcrpc_listener *l;
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		int on_dev = (c->dev && c->dev->idx == idx && c->dev->comp_ch) ||
 			     (c->id && verbs && c->id->verbs == verbs);
 
@@ -119,9 +113,12 @@ static void sweep_one(zcrpc_worker *w, int idx)
 		zcrpc__conn_teardown(c);
 		w->need_reap = 1;
 	}
-	for (l = w->listeners; l; l = l->next)
+	zcrpc__list_foreach(it, &w->listeners) {
+		zcrpc_listener *l = zcrpc__listener_of(it);
+
 		if (verbs && l->id && l->id->verbs == verbs)
 			zcrpc__listener_drop_device(l);
+	}
 	zcrpc__pool_drop_device(w->pool, idx);
 	zcrpc__device_close(w, idx);
 }
@@ -155,7 +152,7 @@ void zcrpc__worker_sweep_removed(zcrpc_worker *w)
 void zcrpc__device_removed(zcrpc_worker *w, struct ibv_context *verbs)
 {
 	zcrpc_context *ctx = w->ctx;
-	zcrpc_worker *o;
+	struct zcrpc__list *it;
 	int idx;
 
 	pthread_mutex_lock(&ctx->lock);
@@ -163,14 +160,17 @@ void zcrpc__device_removed(zcrpc_worker *w, struct ibv_context *verbs)
 	if (idx >= 0 && !ctx->dev[idx].removed) {
 		int n = 0;
 
-		for (o = ctx->workers; o; o = o->ctx_next)
-			n++;
+		zcrpc__list_foreach(it, &ctx->workers) n++;
 		ctx->dev[idx].removed = 1;
 		ctx->dev[idx].sweeps_left = n;
 		atomic_fetch_add(&ctx->removed_gen, 1);
-		for (o = ctx->workers; o; o = o->ctx_next)
+		zcrpc__list_foreach(it, &ctx->workers) {
+			zcrpc_worker *o =
+				zcrpc__container_of(it, zcrpc_worker, ctx_link);
+
 			if (o != w)
 				wake(o);
+		}
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	zcrpc__worker_sweep_removed(w);

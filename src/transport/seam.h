@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "zcrpc/transport.h"
+#include "../core/list.h"
 
 /* ---- connection verbs, one table per connection kind --------------------- */
 
@@ -99,10 +100,13 @@ int64_t zcrpc__now_ns(void);
  * the worker's progress: fn(t, now) once @due_ns has passed. The fields
  * are the transport's (timer.c); the owner sets fn and zeroes the rest. */
 struct zcrpc__timer {
-	struct zcrpc__timer *next, *prev;
 	int64_t due_ns; /* 0 = not armed */
 	void (*fn)(struct zcrpc__timer *t, int64_t now);
-	unsigned linked : 1;
+	/* timer.c's own: the heap links, or the batch being run */
+	struct zcrpc__timer *left, *right, *parent;
+	struct zcrpc__list due_link;
+	uint64_t seq; /* start order: ties run first-started first */
+	unsigned in_heap : 1, in_due : 1;
 };
 
 /* Arms @t for @due_ns, or keeps it armed for an earlier time. */

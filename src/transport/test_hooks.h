@@ -1,9 +1,15 @@
-/* zcrpc — transport hooks for tests only (fault injection); reachable from
- * C and C++ tests through the internal static library. Not installed. */
+/* zcrpc — transport hooks for tests only (fault injection, diagnosis);
+ * reachable from C and C++ tests through zcrpc_internal, the static
+ * library built with ZCRPC_TESTING (bodies in test_hooks.c). Not
+ * installed; the shipped libzcrpc has none of them. */
+#ifndef ZCRPC_TESTING
+#error "test_hooks.h is for the test build only (ZCRPC_TESTING, zcrpc_internal)"
+#endif
 #ifndef ZCRPC_TRANSPORT_TEST_HOOKS_H
 #define ZCRPC_TRANSPORT_TEST_HOOKS_H
 
 #include <infiniband/verbs.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "zcrpc/transport.h"
@@ -37,6 +43,46 @@ void zcrpc__test_allow_zero_writes(int on);
  * ZCRPC_FEAT_CLOSE: @w behaves as a peer built before that feature), and
  * its connections use none of them. 0 restores every bit. */
 void zcrpc__worker_test_clear_features(zcrpc_worker *w, uint32_t bits);
+
+/*
+ * Tests only: moves the connection's QP to IBV_QPS_ERR with ibv_modify_qp,
+ * without rdma_disconnect, and freezes the connection: from then on it
+ * ignores its completions and CM events and never sends a DREQ, and its
+ * teardown releases nothing (the id, QP and CQ stay until the process
+ * exits, when the kernel sends the DREQ). The peer's next transmission
+ * then goes unanswered (rxe drops packets to a QP in error) and fails with
+ * retry-exceeded: a dead host, as the peer sees it. Returns OK,
+ * INVALID_ARGUMENT (no QP) or INTERNAL (ibv_modify_qp failed).
+ */
+zcrpc_status zcrpc__conn_test_break_qp(zcrpc_conn *c);
+
+/*
+ * Tests only (rdma.Faults, T10): turns credit-based flow control off for
+ * an ESTABLISHED connection by granting it 2^20 extra credits (the peer's
+ * window grows alike, so credit updates still check out). Sends then go
+ * out whether or not the peer has a receive posted: with rnr_retry_count 0
+ * the first one that finds none fails the connection (RNR retry exceeded).
+ * Off by default; nothing else reaches it. Returns OK or
+ * FAILED_PRECONDITION (not established).
+ */
+zcrpc_status zcrpc__conn_test_no_flow_control(zcrpc_conn *c);
+
+/*
+ * Tests only, on a client connection with a key, before it is established:
+ * how it authenticates. NORMAL proves the key; SILENT never sends AUTH;
+ * DATA_FIRST sends a DATA message instead; PROOF sends @proof (32 bytes)
+ * verbatim, as a replay would. zcrpc__conn_test_auth_sent() copies the
+ * proof the last AUTH carried (INVALID_ARGUMENT when none was sent).
+ */
+enum zcrpc__auth_test_mode {
+	ZCRPC_AUTH_TEST_NORMAL = 0,
+	ZCRPC_AUTH_TEST_SILENT = 1,
+	ZCRPC_AUTH_TEST_DATA_FIRST = 2,
+	ZCRPC_AUTH_TEST_PROOF = 3,
+};
+zcrpc_status zcrpc__conn_test_auth(zcrpc_conn *c, int mode,
+				   const uint8_t *proof);
+zcrpc_status zcrpc__conn_test_auth_sent(const zcrpc_conn *c, uint8_t *proof);
 
 /* Prints @w's connections' internal state to @out (diagnosis of hangs). */
 void zcrpc__worker_test_dump(zcrpc_worker *w, FILE *out);

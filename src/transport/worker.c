@@ -75,38 +75,6 @@ int zcrpc__epoll_add(zcrpc_worker *w, int fd, struct zcrpc__src *src)
 	return epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* Arms the timerfd for the earlier of the next connection deadline and
- * the next keepalive check (or disarms it when there is neither). */
-static void arm_timer(zcrpc_worker *w)
-{
-	struct itimerspec its;
-	int64_t t = w->next_deadline_ns;
-
-	if (w->next_keepalive_ns && (!t || w->next_keepalive_ns < t))
-		t = w->next_keepalive_ns;
-	if (w->next_timer_ns && (!t || w->next_timer_ns < t))
-		t = w->next_timer_ns;
-	memset(&its, 0, sizeof(its));
-	if (t) {
-		its.it_value.tv_sec = t / 1000000000LL;
-		its.it_value.tv_nsec = t % 1000000000LL;
-	}
-	timerfd_settime(w->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-}
-
-void zcrpc__worker_rearm(zcrpc_worker *w)
-{
-	arm_timer(w);
-}
-
-void zcrpc__worker_add_deadline(zcrpc_worker *w, int64_t deadline_ns)
-{
-	if (!w->next_deadline_ns || deadline_ns < w->next_deadline_ns) {
-		w->next_deadline_ns = deadline_ns;
-		arm_timer(w);
-	}
-}
-
 static int64_t keepalive_period_ns(const zcrpc_worker *w)
 {
 	int64_t p = (int64_t)w->opts.keepalive_ms * 1000000LL / 2;
@@ -114,13 +82,39 @@ static int64_t keepalive_period_ns(const zcrpc_worker *w)
 	return p > 0 ? p : 1;
 }
 
+/* The keepalive timer: probes every established connection idle for
+ * keepalive_ms that has no probe outstanding and room in its send ring (a
+ * full ring has work in flight that finds a dead peer as well). Checks
+ * again in keepalive_ms / 2 while any connection is established. */
+static void check_keepalives(struct zcrpc__timer *t, int64_t now)
+{
+	zcrpc_worker *w = zcrpc__container_of(t, zcrpc_worker, keepalive);
+	int64_t idle = (int64_t)w->opts.keepalive_ms * 1000000LL;
+	struct zcrpc__list *it;
+	zcrpc_conn *c;
+	int any = 0;
+
+	zcrpc__foreach_conn(c, it, w) {
+		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
+		    c->torn_down || ZCRPC_CONN_FROZEN(c))
+			continue;
+		any = 1;
+		if (c->ka_outstanding || now - c->last_active_ns < idle ||
+		    zcrpc__sq_room(c) < 1)
+			continue;
+		zcrpc__conn_keepalive(c);
+	}
+	if (any)
+		zcrpc__timer_start(w, t, now + keepalive_period_ns(w));
+}
+
 /* A connection became established: make sure keepalive checks run. */
 void zcrpc__worker_keepalive_start(zcrpc_worker *w)
 {
-	if (!w->opts.keepalive_ms || w->next_keepalive_ns)
+	if (!w->opts.keepalive_ms || w->keepalive.due_ns)
 		return;
-	w->next_keepalive_ns = zcrpc__now_ns() + keepalive_period_ns(w);
-	arm_timer(w);
+	zcrpc__timer_start(w, &w->keepalive,
+			   zcrpc__now_ns() + keepalive_period_ns(w));
 }
 
 void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
@@ -170,6 +164,9 @@ static zcrpc_status make_pool(zcrpc_worker *w)
 	return zcrpc__pool_create(&cfg, &reg, &w->pool);
 }
 
+/* Long for its goto ladder: options, two locks, epoll, timerfd, eventfd,
+ * CM channel, context, pool, epoll registrations, each unwound in order
+ * below; the option copying is the ABI pass's to change (issue 12). */
 zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 				 zcrpc_worker **out)
 {
@@ -202,6 +199,12 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	if (pthread_mutex_init(&w->post_lock, NULL))
 		goto err_job_lock;
 	atomic_init(&w->has_posts, 0);
+	zcrpc__list_init(&w->conns);
+	zcrpc__list_init(&w->listeners);
+	zcrpc__list_init(&w->jobs);
+	zcrpc__list_init(&w->ctx_link);
+	zcrpc__timers_init(w);
+	w->keepalive.fn = check_keepalives;
 	w->now_ns = zcrpc__now_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
@@ -271,12 +274,14 @@ err_free:
 
 void zcrpc_worker_destroy(zcrpc_worker *w)
 {
+	struct zcrpc__list *it;
+
 	if (!w)
 		return;
-	while (w->listeners)
-		zcrpc_listener_destroy(w->listeners);
-	while (w->conns) {
-		zcrpc_conn *c = w->conns;
+	while ((it = zcrpc__list_first(&w->listeners)))
+		zcrpc_listener_destroy(zcrpc__listener_of(it));
+	while ((it = zcrpc__list_first(&w->conns))) {
+		zcrpc_conn *c = zcrpc__conn_of(it);
 
 		c->dead = 1; /* no callback from here on */
 		zcrpc__job_abandon(c);
@@ -338,8 +343,7 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 {
 	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
-	const zcrpc_conn *c;
-	const zcrpc_listener *l;
+	const struct zcrpc__list *it;
 	unsigned i;
 
 	if (!out)
@@ -348,8 +352,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	if (!w)
 		return;
 	t = w->gone;
-	for (c = w->conns; c; c = c->next) {
-		add_stats(&t, &c->stats);
+	zcrpc__list_foreach(it, &w->conns) {
+		add_stats(&t, &zcrpc__conn_of(it)->stats);
 		out->conns++;
 	}
 	out->msgs_sent = t.msgs_sent;
@@ -372,8 +376,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 	out->rejected_auth = w->rejected_auth;
 	out->rejected_busy = w->rejected_busy;
 	out->handshake_timeouts = w->handshake_timeouts;
-	for (l = w->listeners; l; l = l->next)
-		out->handshakes += l->handshakes;
+	zcrpc__list_foreach(it, &w->listeners) out->handshakes +=
+		zcrpc__listener_of(it)->handshakes;
 	zcrpc__pool_get_stats(w->pool, &ps);
 	for (i = 0; i < ps.nclasses; i++) {
 		out->pool_in_use += ps.cls[i].in_use;
@@ -416,63 +420,6 @@ static int handle_cm_events(zcrpc_worker *w)
 			zcrpc__conn_on_cm_event(c, type, status, pdata, plen);
 	}
 	return n;
-}
-
-static void check_deadlines(zcrpc_worker *w, int64_t now)
-{
-	zcrpc_conn *c;
-
-	w->next_deadline_ns = 0;
-	for (c = w->conns; c; c = c->next) {
-		zcrpc__conn_check_deadline(c, now);
-		if (c->deadline_ns &&
-		    (!w->next_deadline_ns || c->deadline_ns < w->next_deadline_ns))
-			w->next_deadline_ns = c->deadline_ns;
-	}
-}
-
-/* Probes every established connection idle for keepalive_ms that has no
- * probe outstanding and room in its send ring (a full ring has work in
- * flight that finds a dead peer as well). Checks again in keepalive_ms / 2
- * while any connection is established. */
-static void check_keepalives(zcrpc_worker *w, int64_t now)
-{
-	int64_t idle = (int64_t)w->opts.keepalive_ms * 1000000LL;
-	zcrpc_conn *c;
-	int any = 0;
-
-	for (c = w->conns; c; c = c->next) {
-		if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
-		    c->torn_down || c->test_broken)
-			continue;
-		any = 1;
-		if (c->ka_outstanding || now - c->last_active_ns < idle ||
-		    zcrpc__sq_room(c) < 1)
-			continue;
-		zcrpc__conn_keepalive(c);
-	}
-	w->next_keepalive_ns = any ? now + keepalive_period_ns(w) : 0;
-}
-
-/* Connection deadlines and keepalive checks, when due. Two comparisons
- * when nothing is (busy-poll calls this constantly). */
-static void check_timers(zcrpc_worker *w)
-{
-	int64_t now = w->now_ns;
-	int rearm = 0;
-
-	if (w->next_deadline_ns && now >= w->next_deadline_ns) {
-		check_deadlines(w, now);
-		rearm = 1;
-	}
-	if (w->next_keepalive_ns && now >= w->next_keepalive_ns) {
-		check_keepalives(w, now);
-		rearm = 1;
-	}
-	if (rearm)
-		arm_timer(w);
-	if (w->next_timer_ns && now >= w->next_timer_ns)
-		zcrpc__timers_run(w, now); /* re-arms the timerfd itself */
 }
 
 /* ---- functions posted from other threads -------------------------------- */
@@ -538,13 +485,14 @@ static int run_posts(zcrpc_worker *w)
  * ones. Runs at the end of progress, outside any callback. */
 static void reap(zcrpc_worker *w)
 {
-	zcrpc_conn *c, *next;
+	struct zcrpc__list *it, *next;
 
 	if (!w->need_reap)
 		return;
 	w->need_reap = 0;
-	for (c = w->conns; c; c = next) {
-		next = c->next;
+	zcrpc__list_foreach_safe(it, next, &w->conns) {
+		zcrpc_conn *c = zcrpc__conn_of(it);
+
 		if (c->state == ZCRPC_CONN_CLOSED && !c->torn_down)
 			zcrpc__conn_teardown(c);
 		if (c->dead)
@@ -554,10 +502,11 @@ static void reap(zcrpc_worker *w)
 
 static int poll_conns(zcrpc_worker *w)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 	int n = 0;
 
-	for (c = w->conns; c; c = c->next) {
+	zcrpc__foreach_conn(c, it, w) {
 		if (!c->cq || c->torn_down)
 			continue;
 		n += zcrpc__conn_poll(c);
@@ -596,8 +545,7 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 			n++;
 			break;
 		case ZCRPC_SRC_TIMER:
-			while (read(w->timerfd, &u, sizeof(u)) > 0)
-				;
+			zcrpc__timers_on_fd(w);
 			break;
 		case ZCRPC_SRC_EVENT:
 			while (read(w->evfd, &u, sizeof(u)) > 0)
@@ -616,14 +564,14 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 
 zcrpc_status zcrpc_worker_arm(zcrpc_worker *w)
 {
+	struct zcrpc__list *it;
 	zcrpc_conn *c;
 	int busy = 0;
 
 	if (!w)
 		return ZCRPC_INVALID_ARGUMENT;
-	for (c = w->conns; c; c = c->next)
-		if (c->cq && !c->torn_down)
-			busy += zcrpc__conn_arm(c);
+	zcrpc__foreach_conn(c, it, w) if (c->cq && !c->torn_down) busy +=
+		zcrpc__conn_arm(c);
 	if (w->need_reap ||
 	    atomic_load_explicit(&w->has_posts, memory_order_relaxed))
 		busy++;
@@ -654,7 +602,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		if (nev > 0)
 			n += handle_ready(w, evs, nev);
 	}
-	check_timers(w);
+	zcrpc__timers_run(w, w->now_ns); /* connection deadlines, keepalive */
 	reap(w);
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
@@ -668,7 +616,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		if (nev > 0)
 			handle_ready(w, evs, nev);
 		poll_conns(w);
-		check_timers(w);
+		zcrpc__timers_run(w, w->now_ns);
 		reap(w);
 	}
 	w->in_progress = 0;

@@ -10,25 +10,13 @@
 
 #include "../core/le.h"
 
-static uint32_t test_piece; /* zcrpc__test_write_piece; 0 = the device's */
-static int test_zero_ok;     /* zcrpc__test_allow_zero_writes */
-
-void zcrpc__test_write_piece(uint32_t bytes)
-{
-	test_piece = bytes;
-}
-
-void zcrpc__test_allow_zero_writes(int on)
-{
-	test_zero_ok = on;
-}
-
 uint32_t zcrpc__conn_own_piece(const zcrpc_conn *c)
 {
 	uint32_t own = c->dev ? c->dev->max_msg_sz : 1U << 30;
 
-	if (test_piece && test_piece < own)
-		own = test_piece;
+#ifdef ZCRPC_TESTING
+	own = zcrpc__testing_write_piece(own); /* small pieces for tests */
+#endif
 	return own;
 }
 
@@ -143,7 +131,7 @@ zcrpc_status zcrpc_conn_write(zcrpc_conn *c, const zcrpc_mr *src,
 {
 	struct zcrpc__write_op *op;
 
-	if (!c || !src || !dst || (!len && !test_zero_ok))
+	if (!c || !src || !dst || (!len && !ZCRPC_TEST_ZERO_WRITES_OK))
 		return ZCRPC_INVALID_ARGUMENT;
 	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
 		return ZCRPC_FAILED_PRECONDITION;
@@ -203,4 +191,28 @@ zcrpc_status zcrpc_remote_region_decode(const void *data, size_t len,
 		return ZCRPC_INVALID_ARGUMENT;
 	*out = r;
 	return ZCRPC_OK;
+}
+
+/* A WRITE WITH IMMEDIATE landed (receive position @pos): on_write_imm,
+ * then the position is reposted. */
+void zcrpc__write_on_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
+			 uint32_t byte_len)
+{
+	c->stats.write_imms_recv++;
+	if (c->h.on_write_imm && !c->dead)
+		c->h.on_write_imm(c, imm, byte_len, c->h.arg);
+	zcrpc__recv_recycle(c, pos, 0);
+}
+
+/* Teardown: every write not fully posted is answered UNAVAILABLE. */
+void zcrpc__write_release_all(zcrpc_conn *c)
+{
+	struct zcrpc__write_op *op;
+
+	while ((op = c->wq)) {
+		c->wq = op->next;
+		zcrpc__write_finish(c, op, ZCRPC_UNAVAILABLE);
+		free(op);
+	}
+	c->wq_tail = NULL;
 }

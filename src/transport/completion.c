@@ -1,0 +1,138 @@
+/* zcrpc — completion dispatch: a connection's CQ polled in bounded shares
+ * per progress turn, each work completion handed to its role (the send
+ * queue, the receive path, admission, RDMA-write immediates), then the
+ * queues that waited for room pumped; arming the CQ for a sleeping worker
+ * without losing a completion that raced it. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
+{
+	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
+		static const char *const kinds[] = {"?", "send", "RDMA write",
+						    "keepalive", "memory window bind",
+						    "memory window invalidate"};
+		int kind = wc->status != IBV_WC_SUCCESS &&
+				   wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail
+			   ? c->sq[wc->wr_id % c->sq_size].kind
+			   : 0;
+		int probe = kind == ZCRPC_SQ_KEEPALIVE;
+
+		zcrpc__sq_complete(c, wc->wr_id, wc->status);
+		if (wc->status == IBV_WC_SUCCESS)
+			return;
+		if (wc->status == IBV_WC_RNR_RETRY_EXC_ERR)
+			c->stats.rnr_events++;
+		if (c->state == ZCRPC_CONN_CLOSED || c->closing)
+			return;
+		if (probe)
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "peer unreachable: keepalive failed (%s)",
+					 ibv_wc_status_str(wc->status));
+		else
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "send completion (%s): %s",
+					 kinds[kind <= ZCRPC_SQ_INV ? kind : 0],
+					 ibv_wc_status_str(wc->status));
+		return;
+	}
+	if (c->stats.recv_posted)
+		c->stats.recv_posted--; /* this receive is no longer posted */
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (c->state == ZCRPC_CONN_CLOSED || c->closing)
+			return; /* flushes after a close are expected */
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "receive completion: %s",
+				 ibv_wc_status_str(wc->status));
+		return;
+	}
+	if (c->state == ZCRPC_CONN_CONNECTING && c->passive && !c->auth_phase) {
+		/* Data may arrive before ESTABLISHED on the passive side
+		 * (rxe raises no COMM_EST): the client only sends once it
+		 * is established, so we are too. */
+		zcrpc__conn_established(c);
+	}
+	if (c->state != ZCRPC_CONN_ESTABLISHED && !c->auth_phase)
+		return;
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && c->auth_phase)
+		zcrpc__auth_on_imm(c, (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT));
+	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+		zcrpc__write_on_imm(c,
+				    (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
+				    ntohl(wc->imm_data), wc->byte_len);
+	else
+		zcrpc__msg_on_recv(c,
+				   (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
+				   wc->byte_len);
+}
+
+static void handle(zcrpc_conn *c, struct ibv_wc *wc, int n)
+{
+	int i;
+
+	for (i = 0; i < n && !c->torn_down; i++)
+		on_wc(c, &wc[i]);
+}
+
+/* Handles the connection's completions, at most ZCRPC_POLL_TURN_MAX (the
+ * rest stay in the CQ for the next progress turn). Returns how many. */
+int zcrpc__conn_poll(zcrpc_conn *c)
+{
+	struct ibv_wc wc[ZCRPC_POLL_BATCH];
+	int n, total = 0;
+
+	if (ZCRPC_CONN_FROZEN(c))
+		return 0; /* frozen: leave its flushes in the CQ */
+	if (c->nstash) { /* completions taken by zcrpc__conn_arm() */
+		n = c->nstash;
+		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
+		c->nstash = 0;
+		handle(c, wc, n);
+		total += n;
+	}
+	while (!c->torn_down && c->cq && total < ZCRPC_POLL_TURN_MAX) {
+		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
+		if (n <= 0)
+			break;
+		handle(c, wc, n);
+		total += n;
+		if (n < ZCRPC_POLL_BATCH)
+			break;
+	}
+	if (total && !c->torn_down) {
+		c->last_active_ns = c->w->now_ns;
+		if (c->sq_posted != c->sq_tail)
+			zcrpc__sq_post_deferred(c);
+		if (c->wq)
+			zcrpc__conn_pump_writes(c);
+		if (c->mw.inv_head)
+			zcrpc__mw_pump(c);
+		zcrpc__credits_maybe_send(c);
+		if (c->want_writable && zcrpc_conn_can_send(c)) {
+			c->want_writable = 0;
+			if (c->h.on_writable && !c->dead)
+				c->h.on_writable(c, c->h.arg);
+		}
+	}
+	return total;
+}
+
+int zcrpc__conn_arm(zcrpc_conn *c)
+{
+	if (ZCRPC_CONN_FROZEN(c))
+		return 0;
+	if (c->cq_armed)
+		return c->nstash > 0;
+	if (ibv_req_notify_cq(c->cq, 0))
+		return 0;
+	c->cq_armed = 1;
+	/* A completion may have arrived between the last poll and arming; it
+	 * raises no event. Keep it for the next poll: arm runs no callback. */
+	if (c->nstash < ZCRPC_POLL_BATCH) {
+		int n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH - c->nstash,
+				    c->stash + c->nstash);
+		if (n > 0)
+			c->nstash += n;
+	}
+	return c->nstash > 0;
+}

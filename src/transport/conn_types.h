@@ -1,0 +1,215 @@
+/* zcrpc — the transport's structures for connections: the message
+ * header, the send ring's entries, RDMA-write operations, memory-window
+ * grants, the connection and the listener. Private; included through
+ * internal.h. */
+#ifndef ZCRPC_TRANSPORT_CONN_TYPES_H
+#define ZCRPC_TRANSPORT_CONN_TYPES_H
+
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "auth.h"
+#include "mempool.h"
+#include "seam.h"
+#include "worker_types.h"
+#include "../core/list.h"
+#include "zcrpc/transport.h"
+
+/* Transport message header (docs/protocol.md §2). */
+#define ZCRPC_MSG_HDR_LEN 8
+enum zcrpc__msg_type {
+	ZCRPC_MSG_DATA = 1,
+	ZCRPC_MSG_CREDIT = 2,
+	ZCRPC_MSG_AUTH = 3,	  /* client's key proof (auth.c) */
+	ZCRPC_MSG_AUTH_REPLY = 4, /* server's verdict (auth.c) */
+	ZCRPC_MSG_CLOSE = 5,	  /* orderly close follows (ZCRPC_FEAT_CLOSE) */
+};
+#define ZCRPC_CLOSE_MSG_LEN 8 /* CLOSE payload: status (u32), reserved (u32)   \
+			       */
+
+#define ZCRPC_POLL_BATCH 16
+/* Completions of one connection handled per progress turn, at most (the
+ * rest wait for the next turn, so one busy CQ cannot hold up the others
+ * or the worker's epoll set). */
+#define ZCRPC_POLL_TURN_MAX (4 * ZCRPC_POLL_BATCH)
+
+/* wr_id: receives have the top bit set and their position below; send
+ * queue work requests carry their sequence number in the send ring. */
+#define ZCRPC_WR_RECV_BIT (1ULL << 63)
+
+/* One RDMA write the application asked for, possibly several WRs. */
+struct zcrpc__write_op {
+	struct zcrpc__write_op *next; /* conn->wq (not fully posted yet) */
+	void *user_ctx;
+	uint64_t src, dst; /* next piece */
+	uint32_t lkey, rkey;
+	uint64_t len, left;
+	uint32_t imm;
+	unsigned with_imm : 1;
+	unsigned done : 1;    /* on_write_done delivered */
+	unsigned in_ring : 1; /* last piece posted: the ring frees it */
+};
+
+enum zcrpc__sq_kind {
+	ZCRPC_SQ_MSG = 1,	/* a message; slot returns to the pool */
+	ZCRPC_SQ_WRITE = 2,	/* a piece of a write; op if it is the last */
+	ZCRPC_SQ_KEEPALIVE = 3, /* a keepalive probe (0-byte RDMA WRITE) */
+	ZCRPC_SQ_BIND = 4,	/* IBV_WR_BIND_MW of a grant (mw.c) */
+	ZCRPC_SQ_INV = 5,	/* IBV_WR_LOCAL_INV revoking a grant (mw.c) */
+	ZCRPC_SQ_MSG_LAST = 6, /* a message after which the connection closes */
+};
+
+struct zcrpc__sq_entry {
+	uint8_t kind;
+	zcrpc__slot_id slot;
+	struct zcrpc__write_op *op;    /* last piece of a write, else NULL */
+	struct zcrpc_grant *g;	       /* BIND / INV: the window */
+	struct zcrpc__deferred_wr *dw; /* not posted yet (send_queue.c) */
+};
+
+/* A work request held back behind a BIND / LOCAL_INV that waits for the
+ * send queue to drain (send_queue.c, docs/design.md "Local operations"). */
+struct zcrpc__deferred_wr {
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	uint32_t mw_rkey; /* BIND: the window's key when it was posted */
+};
+
+/* mw.c: grants as type-2 memory windows. */
+/* Revoked windows wait in a FIFO until this many newer ones are there
+ * before they are bound again: rxe rotates only the 8 low rkey bits. */
+#define ZCRPC_MW_QUARANTINE 64
+
+enum zcrpc__mw_state {
+	ZCRPC_MW_FREE = 0, /* invalidated (or never bound), in the FIFO */
+	ZCRPC_MW_BOUND,	   /* bound; the grant is the application's */
+	ZCRPC_MW_REVOKING, /* LOCAL_INV queued or posted */
+	ZCRPC_MW_ORPHAN,   /* the application gave it up on a dead conn */
+};
+
+struct zcrpc_grant {
+	struct zcrpc_grant *anext; /* conn->mw.all */
+	struct zcrpc_grant *qnext; /* FIFO of free windows, or the inv queue */
+	zcrpc_conn *conn;
+	struct ibv_mw *mw;
+	uint32_t rkey; /* last bound rkey */
+	uint8_t state;
+	uint8_t answered; /* on_revoked delivered (or never due) */
+	void *user_ctx;
+};
+
+struct zcrpc__mw_set {
+	struct zcrpc_grant *all;
+	struct zcrpc_grant *free_head, *free_tail;
+	uint32_t nfree;
+	struct zcrpc_grant *inv_head, *inv_tail; /* revokes waiting for room */
+	uint32_t depth; /* send-queue slots kept for BIND / INV */
+	uint32_t used;	/* of them in the ring */
+};
+
+struct zcrpc_conn {
+	struct zcrpc__conn_base base; /* first: its verbs (seam.h) */
+	zcrpc_worker *w;
+	struct zcrpc__list link;  /* worker->conns */
+	zcrpc_listener *listener; /* passive side, until accepted */
+	zcrpc_conn_handlers h;
+	zcrpc_conn_state state;
+	zcrpc_status status;
+	char detail[192];
+	/* Why the application closed it (zcrpc__conn_close_error), reported
+	 * instead of OK "closed" when the close completes. */
+	zcrpc_status close_status;
+	char close_detail[192];
+	unsigned passive : 1;
+	unsigned dead : 1;	   /* destroyed by the user; freed by reap */
+	unsigned closing : 1;	   /* local close sent, waiting DISCONNECTED */
+	unsigned disconnected : 1; /* rdma_disconnect done (or not needed) */
+	unsigned torn_down : 1;	   /* verbs resources released */
+	unsigned cq_armed : 1;
+	unsigned migrated : 1;	     /* id moved to the worker's CM channel */
+	unsigned in_recv : 1;	     /* inside on_recv */
+	unsigned kept : 1;	     /* on_recv kept the slot */
+	unsigned want_writable : 1;  /* a send was refused: tell on_writable */
+	unsigned ka_outstanding : 1; /* a keepalive probe is in the ring */
+	unsigned drain_close : 1; /* closing: disconnect once the SQ drained */
+	unsigned dev_gone : 1;	  /* its device was removed: nothing flushes */
+	unsigned close_sent : 1;  /* our CLOSE is in the ring (close_seq) */
+	unsigned peer_closed : 1; /* the peer's CLOSE arrived */
+
+	struct zcrpc__job *job; /* active side, while resolving */
+	struct rdma_cm_id *id;
+	struct zcrpc__device *dev;
+	struct ibv_cq *cq;
+	unsigned int cq_unacked;
+	struct ibv_wc stash[ZCRPC_POLL_BATCH]; /* polled while arming */
+	int nstash;
+	uint32_t max_inline;
+
+	/* Receives: one pool slot per position, posted while it has one. */
+	uint32_t recv_depth;
+	struct zcrpc__slot *recv;
+	uint8_t *recv_has;
+	uint32_t recv_missing; /* positions waiting for a pool slot */
+	uint32_t cur_recv;     /* position being delivered */
+	uint32_t cur_len;
+
+	/* Send queue ring: entries for every posted, unreaped WR. sq_depth
+	 * slots for messages and writes, mw.depth more for BIND / INV. */
+	uint32_t sq_depth;
+	uint32_t sq_size; /* ring entries: sq_depth + mw.depth */
+	struct zcrpc__mw_set mw;
+	struct zcrpc__sq_entry *sq;
+	uint64_t sq_head, sq_tail; /* sequence numbers */
+	uint64_t sq_posted; /* [sq_head, sq_posted) posted; the rest deferred */
+	struct zcrpc__write_op *wq, *wq_tail; /* writes not fully posted */
+
+	/* Credits (docs/protocol.md §3). */
+	uint32_t credits; /* messages we may still send to the peer */
+	uint32_t owed;	  /* reposted receives not yet reported to the peer */
+	uint32_t peer_recv_depth, peer_max_msg;
+	uint32_t peer_max_write; /* the peer's hello (FEAT_PIECE); 0 = none */
+	uint32_t features;
+	uint64_t close_seq;		/* ring sequence number of our CLOSE */
+	zcrpc_status peer_close_status; /* what the peer's CLOSE said */
+
+	/* Admission (auth.c): the key and nonce while authenticating. */
+	struct zcrpc__auth *auth; /* NULL: no key on this connection */
+	uint8_t auth_phase; /* enum zcrpc__auth_phase; 0 = not authenticating */
+	uint32_t recv_initial; /* receives posted at setup; 0 = recv_depth */
+
+	/* The connect, handshake or close deadline (conn.c). */
+	struct zcrpc__timer deadline;
+	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
+	int timeout_ms;
+	zcrpc_conn_stats stats;
+#ifdef ZCRPC_TESTING
+	unsigned test_broken : 1; /* zcrpc__conn_test_break_qp(): frozen */
+	uint8_t test_auth_mode;	  /* zcrpc__conn_test_auth() */
+	uint8_t test_auth_proof[ZCRPC_AUTH_PROOF_LEN];
+#endif
+};
+
+struct zcrpc_listener {
+	zcrpc_worker *w;
+	struct zcrpc__list link; /* worker->listeners */
+	struct rdma_cm_id *id;
+	zcrpc_listen_opts opts;
+	struct zcrpc__src src;
+	uint16_t port;
+	int failed; /* its device went away: id released, accepts nothing */
+	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
+	uint32_t handshakes; /* accepted connections not yet handed over */
+};
+
+#define zcrpc__conn_of(l)     zcrpc__container_of(l, zcrpc_conn, link)
+#define zcrpc__listener_of(l) zcrpc__container_of(l, zcrpc_listener, link)
+/* Walks the connections of worker @w: @c a zcrpc_conn *, @it a struct
+ * zcrpc__list *. The body must not free @c (zcrpc__conn_free). */
+#define zcrpc__foreach_conn(c, it, w)                                          \
+	for ((it) = (w)->conns.next;                                           \
+	     (it) != &(w)->conns && (((c) = zcrpc__conn_of(it)), 1);           \
+	     (it) = (it)->next)
+
+#endif /* ZCRPC_TRANSPORT_CONN_TYPES_H */

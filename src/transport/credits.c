@@ -1,0 +1,75 @@
+/* zcrpc — credit-based flow control (docs/protocol.md §3): a message
+ * costs one credit and carries back the receives reposted since the last
+ * one (owed); an explicit CREDIT message returns them when no message
+ * did; credits a peer returns are checked against what it was granted. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/le.h"
+
+/* Sends the message in @s (payload of @len bytes already in place) with one
+ * credit. The caller checked credits and ring room. */
+int zcrpc__credits_post_msg(zcrpc_conn *c, const struct zcrpc__slot *s,
+			    uint8_t type, size_t len, uint8_t kind)
+{
+	uint32_t give = c->owed > 0xffff ? 0xffff : c->owed;
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)s->ptr,
+		.length = (uint32_t)(ZCRPC_MSG_HDR_LEN + len),
+		.lkey = s->lkeys[c->dev->idx],
+	};
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+	};
+	struct zcrpc__sq_entry e = {kind, s->id, NULL, NULL, NULL};
+	int rc;
+
+	s->ptr[0] = type;
+	s->ptr[1] = 0;
+	zcrpc__put_le16(s->ptr + 2, (uint16_t)give);
+	zcrpc__put_le32(s->ptr + 4, (uint32_t)len);
+	if (sge.length <= c->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
+	rc = zcrpc__sq_post(c, &wr, &e, kind == ZCRPC_SQ_MSG_LAST);
+	if (rc)
+		return rc;
+	c->credits--;
+	c->owed -= give;
+	return 0;
+}
+
+/* Sends an explicit credit update when enough receives were reposted and no
+ * message carried them back. Uses the credit kept in reserve. */
+void zcrpc__credits_maybe_send(zcrpc_conn *c)
+{
+	struct zcrpc__slot s;
+
+	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
+		return;
+	if (c->owed < c->recv_depth / 2 || c->credits < 1 || zcrpc__sq_room(c) < 1)
+		return;
+	if (zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN, &s) != ZCRPC_OK)
+		return; /* try again after the next completion */
+	if (zcrpc__credits_post_msg(c, &s, ZCRPC_MSG_CREDIT, 0, ZCRPC_SQ_MSG)) {
+		zcrpc__pool_put(c->w->pool, s.id);
+		return;
+	}
+	c->stats.credit_updates_sent++;
+}
+
+/* The peer returned @got credits in a message header. Returns 0, or -1
+ * after failing the connection when that is more than it was granted. */
+int zcrpc__credits_returned(zcrpc_conn *c, uint32_t got)
+{
+	if (got > c->peer_recv_depth - c->credits) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
+				 "protocol violation: peer returned more credits than it granted");
+		return -1;
+	}
+	c->credits += got;
+	return 0;
+}

@@ -1,0 +1,201 @@
+/* zcrpc — a connection's send queue: the ring of every posted, unreaped
+ * work request (messages, write pieces, keepalive probes, memory-window
+ * binds and invalidations; every WR signaled, RC completes in order), the
+ * deferral of work requests behind a local operation (docs/design.md,
+ * "Local operations on the send queue"), and reaping on completion. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
+		       enum ibv_wc_status st)
+{
+	int last = e->kind == ZCRPC_SQ_MSG_LAST;
+
+	if (e->kind == ZCRPC_SQ_MSG || last)
+		zcrpc__pool_put(c->w->pool, e->slot);
+	else if (e->kind == ZCRPC_SQ_KEEPALIVE)
+		c->ka_outstanding = 0;
+	else if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
+		zcrpc__mw_reaped(c, e, st);
+	if (e->op) {
+		zcrpc__write_finish(c, e->op,
+				    st == IBV_WC_SUCCESS ? ZCRPC_OK : ZCRPC_UNAVAILABLE);
+		free(e->op);
+	}
+	free(e->dw); /* never posted: released with the queues */
+	e->dw = NULL;
+	e->kind = 0;
+	e->op = NULL;
+	e->g = NULL;
+	if (last)
+		zcrpc__auth_last_sent(c); /* a refusal went out: close */
+}
+
+/* Teardown: every entry still in the ring is reaped as flushed. */
+void zcrpc__sq_flush_all(zcrpc_conn *c)
+{
+	if (!c->sq)
+		return;
+	for (; c->sq_head < c->sq_tail; c->sq_head++)
+		reap_entry(c, &c->sq[c->sq_head % c->sq_size],
+			   IBV_WC_WR_FLUSH_ERR);
+	c->sq_posted = c->sq_tail;
+}
+
+/* Room for messages and writes: BIND / INV work requests have slots of
+ * their own (c->mw.depth), so grants never starve sends, nor the reverse. */
+int zcrpc__sq_room(const zcrpc_conn *c)
+{
+	return (int)(c->sq_depth -
+		     ((uint32_t)(c->sq_tail - c->sq_head) - c->mw.used));
+}
+
+/* rxe (Linux 6.1) re-executes a BIND_MW or LOCAL_INV that already ran
+ * when a retransmission rewinds the send queue over it (req_retry skips
+ * "done" entries, the requester then runs them again): the second bind
+ * fails with MW_BIND_ERR and the QP stops retransmitting — calls hang
+ * against a dead peer and fail under packet loss. So a local operation is
+ * handed to the QP only when every work request before it has completed:
+ * it then runs at the head of the queue and is retired before any retry
+ * can happen. Work requests posted while one waits are held back, in
+ * order (docs/design.md, "Local operations on the send queue"). */
+static int is_local_op(const struct ibv_send_wr *wr)
+{
+	return wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
+}
+
+static int hand_over(zcrpc_conn *c, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	int rc = ibv_post_send(c->id->qp, wr, &bad);
+
+	if (!rc)
+		c->sq_posted++;
+	return rc;
+}
+
+/* Posts @wr, recording @e in the ring under the WR's sequence number.
+ * Every WR is signaled, so that the ring knows when the queue has drained
+ * (a local operation waits for that); RC completes in order. Returns 0 or
+ * the ibv_post_send error (ENOMEM when a WR could not be held back). */
+int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
+		   const struct zcrpc__sq_entry *e, int force_signal)
+{
+	struct zcrpc__sq_entry *slot = &c->sq[c->sq_tail % c->sq_size];
+	int rc;
+
+	(void)force_signal; /* every WR is signaled */
+	wr->wr_id = c->sq_tail;
+	wr->send_flags |= IBV_SEND_SIGNALED;
+	wr->next = NULL;
+	if (c->sq_posted != c->sq_tail ||
+	    (is_local_op(wr) && c->sq_head != c->sq_posted)) {
+		struct zcrpc__deferred_wr *dw = malloc(sizeof(*dw));
+
+		if (!dw)
+			return ENOMEM;
+		dw->wr = *wr;
+		/* The provider reads the window's current key at post time;
+		 * mw.c moves it on once this returns. */
+		dw->mw_rkey = wr->opcode == IBV_WR_BIND_MW ? wr->bind_mw.mw->rkey : 0;
+		if (wr->num_sge) {
+			dw->sge = wr->sg_list[0];
+			dw->wr.sg_list = &dw->sge;
+			dw->wr.num_sge = 1;
+		}
+		*slot = *e;
+		slot->dw = dw;
+		c->stats.wr_deferred++;
+	} else {
+		rc = hand_over(c, wr);
+		if (rc)
+			return rc;
+		*slot = *e;
+		slot->dw = NULL;
+	}
+	if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
+		c->mw.used++;
+	c->sq_tail++;
+	c->last_active_ns = c->w->now_ns;
+	return 0;
+}
+
+/* Hands held-back WRs to the QP, in order, up to the next local operation
+ * that still has uncompleted WRs before it. Runs after completions. */
+void zcrpc__sq_post_deferred(zcrpc_conn *c)
+{
+	while (c->sq_posted != c->sq_tail && !c->torn_down &&
+	       !ZCRPC_CONN_FROZEN(c) && c->id && c->id->qp) {
+		struct zcrpc__sq_entry *e = &c->sq[c->sq_posted % c->sq_size];
+		struct zcrpc__deferred_wr *dw = e->dw;
+		int rc;
+
+		if (is_local_op(&dw->wr) && c->sq_head != c->sq_posted)
+			return;
+		if (dw->wr.opcode == IBV_WR_BIND_MW) {
+			struct ibv_mw *mw = dw->wr.bind_mw.mw;
+			uint32_t now_key = mw->rkey;
+
+			mw->rkey = dw->mw_rkey;
+			rc = hand_over(c, &dw->wr);
+			mw->rkey = now_key;
+		} else {
+			rc = hand_over(c, &dw->wr);
+		}
+		if (rc) {
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "ibv_post_send (held back): %s", strerror(rc));
+			return;
+		}
+		e->dw = NULL;
+		free(dw);
+	}
+}
+
+/* Posts a keepalive probe: a 0-byte RDMA WRITE without immediate data
+ * (docs/protocol.md §6), signaled. It costs no credit and makes no
+ * completion at the peer; against a peer that no longer answers it fails
+ * with retry-exceeded, which fails the connection (on_wc). The caller
+ * checked that the connection is established, has ring room and no probe
+ * outstanding. */
+void zcrpc__conn_keepalive(zcrpc_conn *c)
+{
+	struct ibv_send_wr wr = {
+		.sg_list = NULL,
+		.num_sge = 0,
+		.opcode = IBV_WR_RDMA_WRITE,
+	};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_KEEPALIVE, 0, NULL, NULL, NULL};
+	int rc;
+
+	wr.wr.rdma.remote_addr = 0;
+	wr.wr.rdma.rkey = 0;
+	rc = zcrpc__sq_post(c, &wr, &e, 1);
+	if (rc) {
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+				 "ibv_post_send (keepalive): %s", strerror(rc));
+		return;
+	}
+	c->ka_outstanding = 1;
+	c->stats.keepalives_sent++;
+}
+
+/* The send completion of ring entry @seq: reaps it and every entry
+ * before it. */
+void zcrpc__sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
+{
+	if (seq < c->sq_head || seq >= c->sq_posted)
+		return; /* already reaped (or never posted: not ours) */
+	while (c->sq_head <= seq) {
+		struct zcrpc__sq_entry *e = &c->sq[c->sq_head % c->sq_size];
+
+		/* In-order completion: all before @seq succeeded. */
+		reap_entry(c, e, c->sq_head == seq ? st : IBV_WC_SUCCESS);
+		c->sq_head++;
+	}
+	if (c->drain_close && c->sq_head == c->sq_tail)
+		zcrpc__conn_close_drained(c);
+}

@@ -1,0 +1,156 @@
+/* zcrpc — the transport's structures for devices, contexts and workers:
+ * a context's devices and user registrations, a worker's event sources,
+ * setup jobs, timers and posted functions. Private; included through
+ * internal.h. */
+#ifndef ZCRPC_TRANSPORT_WORKER_TYPES_H
+#define ZCRPC_TRANSPORT_WORKER_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "mempool.h"
+#include "seam.h"
+#include "../core/limits.h"
+#include "../core/list.h"
+#include "zcrpc/transport.h"
+
+/* ---- context.c: devices shared by workers ------------------------------ */
+
+struct zcrpc__ctx_dev {
+	struct ibv_context *verbs; /* owned by librdmacm; NULL once removed */
+	struct ibv_pd *pd;	   /* NULL once removed */
+	int removed;		   /* DEVICE_REMOVAL seen (under ctx->lock) */
+	int sweeps_left;	   /* workers that still hold objects on it */
+	struct rdma_cm_id *watch;  /* bound to the device: hears its removal */
+	atomic_int port_down;	   /* PORT_ERR seen, no PORT_ACTIVE since */
+	struct ibv_device_attr attr;
+	uint32_t max_msg_sz; /* of port 1 */
+};
+
+struct zcrpc_context {
+	atomic_int refs;
+	int ndev;
+	struct zcrpc__ctx_dev dev[ZCRPC_MAX_DEVICES];
+	struct ibv_context **list; /* rdma_get_devices() */
+	/* Under lock: registration on the devices, the user MRs, the
+	 * workers using the context, device removal (removal.c). */
+	pthread_mutex_t lock;
+	struct zcrpc__list mrs;	    /* zcrpc_mr.link: user registrations */
+	struct zcrpc__list workers; /* zcrpc_worker.ctx_link */
+	atomic_uint removed_gen;    /* bumped on each device removal */
+	struct rdma_event_channel *watch_ch; /* the watch ids' (non-blocking) */
+};
+
+struct zcrpc_mr {
+	zcrpc_context *ctx;
+	void *addr;
+	size_t len;
+	unsigned flags;
+	struct ibv_mr *mrs[ZCRPC_MAX_DEVICES]; /* per context device */
+	struct zcrpc__list link;	       /* ctx->mrs */
+};
+
+/* ---- worker.c ----------------------------------------------------------- */
+
+/* What an epoll registration points at. */
+enum zcrpc__src_kind {
+	ZCRPC_SRC_CM = 1,   /* the worker's CM event channel */
+	ZCRPC_SRC_COMP,	    /* a device's completion channel */
+	ZCRPC_SRC_LISTENER, /* a listener's (synchronous) CM channel */
+	ZCRPC_SRC_TIMER,    /* the worker's timerfd */
+	ZCRPC_SRC_EVENT,    /* the worker's eventfd (setup threads, posts) */
+	ZCRPC_SRC_WATCH,    /* the context's device-watch CM channel */
+	ZCRPC_SRC_ASYNC,    /* a context device's async event fd */
+};
+
+struct zcrpc__src {
+	enum zcrpc__src_kind kind;
+	void *obj;
+	int idx; /* ZCRPC_SRC_ASYNC: the context's device index */
+};
+
+/* A context device as one worker uses it: its completion channel. */
+struct zcrpc__device {
+	int idx; /* in the context */
+	struct ibv_context *verbs;
+	struct ibv_pd *pd;
+	const struct ibv_device_attr *attr;
+	uint32_t max_msg_sz;
+	struct ibv_comp_channel *comp_ch;
+	struct zcrpc__src src;
+};
+
+/* Active-side address and route resolution, run on a setup thread. */
+struct zcrpc__job {
+	struct zcrpc__list link;      /* worker->jobs (all unjoined jobs) */
+	struct zcrpc__job *done_next; /* worker->done_jobs */
+	pthread_t thread;
+	zcrpc_worker *w;
+	zcrpc_conn *conn; /* NULL once the worker abandoned it (under lock) */
+	char *host, *port, *src_addr;
+	struct rdma_cm_id *id; /* result, owned by the job until taken */
+	int err;	       /* errno or EAI_* of the failure, 0 on success */
+	char detail[160];
+};
+
+/* struct zcrpc__timer (embedded by its owner) is in seam.h. */
+/* The worker's armed timers: a min-heap by due time (timer.c). */
+struct zcrpc__timer_heap {
+	struct zcrpc__timer *min;
+	unsigned n;
+	uint64_t seq;
+	struct zcrpc__list due; /* due timers of the batch being run */
+};
+
+/* A function handed to the worker by zcrpc_worker_post(). */
+struct zcrpc__post {
+	struct zcrpc__post *next;
+	void (*fn)(zcrpc_worker *w, void *arg);
+	void *arg;
+};
+
+struct zcrpc_worker {
+	zcrpc_worker_opts opts;
+	zcrpc_context *ctx; /* one reference held */
+	struct zcrpc__pool *pool;
+	uint32_t msg_slot_size; /* header + max_msg, rounded to 64 */
+	int epfd, timerfd, evfd;
+	struct rdma_event_channel *cm_ch;
+	struct zcrpc__src cm_src, timer_src, ev_src, watch_src;
+	struct zcrpc__src async_src[ZCRPC_MAX_DEVICES];
+	uint64_t async_events; /* async events that changed something */
+	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
+	struct zcrpc__list conns;		     /* zcrpc_conn.link */
+	struct zcrpc__list listeners;		     /* zcrpc_listener.link */
+	pthread_mutex_t job_lock;
+	struct zcrpc__list jobs;	 /* zcrpc__job.link: unjoined */
+	struct zcrpc__job *done_jobs;	 /* finished, not yet handled */
+	struct zcrpc__timer_heap timers; /* timer.c */
+	int64_t timerfd_ns;	       /* what the timerfd is set to, 0 = off */
+	struct zcrpc__timer keepalive; /* the keepalive check (worker.c) */
+	int64_t now_ns;		       /* taken once per progress call */
+	int64_t epoll_due_ns;	       /* busy turns read epoll from then */
+	pthread_mutex_t post_lock;
+	struct zcrpc__post *posts, *posts_tail; /* FIFO, under post_lock */
+	atomic_int has_posts;			/* posts != NULL, as a hint */
+	int in_progress;
+	int posts_ran; /* this progress call ran posted functions */
+	int need_reap;
+	uint32_t reposts_pending;    /* conns waiting for pool slots */
+	zcrpc_conn_stats gone;	     /* totals of freed connections */
+	struct zcrpc__list ctx_link; /* ctx->workers (under ctx->lock) */
+	unsigned removed_seen;	     /* device indexes swept (removal.c) */
+	unsigned removed_gen;	     /* ctx->removed_gen when last swept */
+	uint64_t rejected_auth, rejected_busy,
+		handshake_timeouts; /* admission */
+#ifdef ZCRPC_TESTING
+	uint32_t test_no_features; /* tests: bits its hellos leave out */
+#endif
+	char err[192];
+};
+
+#endif /* ZCRPC_TRANSPORT_WORKER_TYPES_H */
