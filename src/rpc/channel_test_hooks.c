@@ -1,7 +1,6 @@
 /* zcrpc — the channel's test hooks (declared in src/transport/test_hooks.h),
- * in a file of their own so the build can leave them out of the installed
- * library and keep them in the one the tests link (for now the file is in
- * ZCRPC_SOURCES with the rest). */
+ * in a file of their own: ZCRPC_TEST_SOURCES, built into zcrpc_internal (the
+ * library the tests link) and never into the installed one. */
 #include "client_internal.h"
 #include "../transport/test_hooks.h"
 
