@@ -17,7 +17,9 @@
 # The same, plus typed zcrpc stubs: protoc-c also writes a descriptor set
 # that zcrpc-gen turns into <stem>.zcrpc.c/.h (typed sync and async calls,
 # server registration). Output in ${CMAKE_CURRENT_BINARY_DIR}/zcrpc-gen.
-# The <target> must link zcrpc (zcrpc::zcrpc).
+# The stubs call the protobuf-c glue: <target> links zcrpc::pb (PUBLIC),
+# which brings zcrpc::zcrpc and libprotobuf-c (zcrpc's own tests set
+# ZCRPC_PROTO_PB_TARGET to the glue's internal static build instead).
 #
 # Imports, as protoc users expect: an imported file is looked up in
 # IMPORT_DIR, then IMPORT_DIRS, then the import directories of the DEPENDS
@@ -31,13 +33,21 @@
 # (protobuf-c.proto) are skipped, as protoc-c skips them. An import found
 # nowhere stops the configure step, naming the file and the directories.
 # Imports are read at configure time; changing a .proto re-runs it.
+#
+# libprotobuf-c is looked up here but needed only by these functions: a
+# project using only the raw API (zcrpc::zcrpc) configures without it.
 include_guard(GLOBAL)
 set(_ZCRPC_PROTO_CMAKE_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 if(NOT TARGET PkgConfig::PROTOBUFC)
   find_package(PkgConfig REQUIRED)
-  pkg_check_modules(PROTOBUFC REQUIRED IMPORTED_TARGET libprotobuf-c)
+  pkg_check_modules(PROTOBUFC QUIET IMPORTED_TARGET GLOBAL libprotobuf-c)
 endif()
+function(_zcrpc_need_protobuf_c fn)
+  if(NOT TARGET PkgConfig::PROTOBUFC)
+    message(FATAL_ERROR "${fn}: libprotobuf-c not found by pkg-config (Debian: libprotobuf-c-dev)")
+  endif()
+endfunction()
 # protoc-c, never protoc-gen-c: under that name the binary runs in plugin mode.
 find_program(ZCRPC_PROTOC_C NAMES protoc-c)
 function(_zcrpc_need_protoc_c)
@@ -172,6 +182,7 @@ endfunction()
 function(_zcrpc_proto fn stubs)
   cmake_parse_arguments(A "" "TARGET;IMPORT_DIR" "FILES;PROTOS;IMPORT_DIRS;DEPENDS" ${ARGN})
   _zcrpc_need_protoc_c()
+  _zcrpc_need_protobuf_c(${fn})
   if(A_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "${fn}: unknown arguments ${A_UNPARSED_ARGUMENTS}")
   endif()
@@ -260,6 +271,12 @@ function(_zcrpc_proto fn stubs)
   endforeach()
   target_include_directories(${A_TARGET} PUBLIC $<BUILD_INTERFACE:${out}>)
   target_link_libraries(${A_TARGET} PUBLIC PkgConfig::PROTOBUFC)
+  if(stubs)
+    if(NOT ZCRPC_PROTO_PB_TARGET)
+      set(ZCRPC_PROTO_PB_TARGET zcrpc::pb)
+    endif()
+    target_link_libraries(${A_TARGET} PUBLIC ${ZCRPC_PROTO_PB_TARGET})
+  endif()
   # What a target that names this one in DEPENDS gets from it.
   list(APPEND provided ${rels} ${xrels})
   list(REMOVE_DUPLICATES provided)

@@ -30,6 +30,8 @@
 
 #include "google/protobuf/descriptor.pb-c.h"
 
+#include "../src/core/fnv.h" /* the method ids it writes (wire format) */
+
 typedef Google__Protobuf__FileDescriptorProto FileProto;
 typedef Google__Protobuf__ServiceDescriptorProto ServiceProto;
 typedef Google__Protobuf__MethodDescriptorProto MethodProto;
@@ -335,17 +337,6 @@ static int code_size(const FileProto *f)
 		       GOOGLE__PROTOBUF__FILE_OPTIONS__OPTIMIZE_MODE__CODE_SIZE;
 }
 
-static uint32_t fnv1a(const char *s)
-{
-	uint32_t h = 2166136261u;
-
-	while (*s) {
-		h ^= (uint8_t)*s++;
-		h *= 16777619u;
-	}
-	return h;
-}
-
 /* ---- reading the descriptor set ------------------------------------------- */
 
 static uint8_t *read_all(const char *path, size_t *len)
@@ -474,8 +465,8 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 			sprintf_(&path, "/%s/%s", full.p, mp->name);
 			sprintf_(h, "\n/* %s: %s -> %s */\n", path.p, in_c, out_c);
 			sprintf_(h, "#define %s__%s__ZCRPC_NAME \"%s\"\n", svc_upper, m_upper, path.p);
-			sprintf_(h, "#define %s__%s__ZCRPC_ID 0x%08xu\n", svc_upper, m_upper,
-				 fnv1a(path.p));
+			sprintf_(h, "#define %s__%s__ZCRPC_ID 0x%08xu\n",
+				 svc_upper, m_upper, zcrpc__fnv1a(path.p));
 			sprintf_(h, "typedef void (*%s__%s_ZcrpcDone)(zcrpc_status status,\n"
 				    "\tconst char *message, const %s *reply, void *arg);\n",
 				 svc_c, m_camel, out_c);

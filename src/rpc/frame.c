@@ -195,17 +195,6 @@ void zcrpc__md_encode(const struct zcrpc_md_view *pairs, size_t n,
 	}
 }
 
-uint32_t zcrpc__fnv1a(const char *s)
-{
-	uint32_t h = 2166136261u;
-
-	while (*s) {
-		h ^= (uint8_t)*s++;
-		h *= 16777619u;
-	}
-	return h;
-}
-
 size_t zcrpc__status_msg_len(const char *msg)
 {
 	size_t n, k;

@@ -45,6 +45,8 @@
 
 #include "zcrpc/status.h"
 
+#include "../core/fnv.h" /* the method id of a REQUEST: zcrpc__fnv1a() */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -120,9 +122,6 @@ size_t zcrpc__md_size(const struct zcrpc_md_view *pairs, size_t n);
 /* Encodes; @buf has zcrpc__md_size() bytes. */
 void zcrpc__md_encode(const struct zcrpc_md_view *pairs, size_t n,
 		      uint8_t *buf);
-
-/* 32-bit FNV-1a of @s (a method's "/package.Service/Method"). */
-uint32_t zcrpc__fnv1a(const char *s);
 
 /* Largest status message an error REPLY carries (docs/protocol.md §7). */
 #define ZCRPC_STATUS_MSG_MAX 512

@@ -2,6 +2,8 @@
  * slots, metadata, method ids. */
 #include "rpc_internal.h"
 
+#include "../core/fnv.h"
+
 #include <string.h>
 
 uint32_t zcrpc_method_id(const char *full_name)

@@ -27,8 +27,11 @@ size_t zcrpc_conn_write_piece(const zcrpc_conn *c)
 	if (!c)
 		return 0;
 	own = zcrpc__conn_own_piece(c);
-	return c->peer_max_write && c->peer_max_write < own ? c->peer_max_write
-							    : own;
+	/* The peer's limit counts only when both sides use PIECE. */
+	if ((c->features & ZCRPC_FEAT_PIECE) && c->peer_max_write &&
+	    c->peer_max_write < own)
+		return c->peer_max_write;
+	return own;
 }
 
 void zcrpc__write_finish(zcrpc_conn *c, struct zcrpc__write_op *op,

@@ -1,3 +1,5 @@
+/* A consumer of the raw API only (zcrpc::zcrpc, pkg-config zcrpc): needs
+ * no protobuf-c to build, link or run. */
 #include <stdio.h>
 #include <string.h>
 

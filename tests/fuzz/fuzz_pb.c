@@ -1,5 +1,5 @@
 /* zcrpc — libFuzzer target for the protobuf server's dispatch
- * (src/rpc/pb_dispatch.c, what pb_server.c runs for every request before a
+ * (src/pb/pb_dispatch.c, what pb_server.c runs for every request before a
  * handler sees it): the method id lookup and the budgeted unpack of the
  * request payload.
  *
@@ -34,7 +34,7 @@
 
 #include "core/le.h"
 #include "rpc/frame.h"
-#include "rpc/pb_dispatch.h"
+#include "pb/pb_dispatch.h"
 
 #include "echo.pb-c.h"
 #include "kv.pb-c.h"

@@ -625,23 +625,7 @@ TEST(Metadata, EncodeWritesExactlyTheComputedSize)
 		EXPECT_EQ(buf[i], 0xcc) << "wrote past the size at " << i;
 }
 
-// ---- method id hash ---------------------------------------------------------
-
-TEST(Fnv1a, KnownVectors)
-{
-	EXPECT_EQ(zcrpc__fnv1a(""), 0x811c9dc5u);
-	EXPECT_EQ(zcrpc__fnv1a("a"), 0xe40c292cu);
-	EXPECT_EQ(zcrpc__fnv1a("foobar"), 0xbf9cf968u);
-	// Bytes >= 0x80 are hashed unsigned.
-	EXPECT_EQ(zcrpc__fnv1a("\xff"), (0x811c9dc5u ^ 0xffu) * 16777619u);
-}
-
-TEST(Fnv1a, MethodNamesDiffer)
-{
-	EXPECT_NE(zcrpc__fnv1a("/pkg.Svc/A"), zcrpc__fnv1a("/pkg.Svc/B"));
-	EXPECT_NE(zcrpc__fnv1a("/pkg.Svc/A"), zcrpc__fnv1a("/pkg.Svc/a"));
-	EXPECT_EQ(zcrpc__fnv1a("/pkg.Svc/A"), zcrpc__fnv1a("/pkg.Svc/A"));
-}
+// (The method id hash, FNV-1a: test_fnv.cc.)
 
 TEST(FrameReject, FieldsATypeDoesNotUse)
 {

@@ -7,6 +7,7 @@
 
 #include "zcrpc/pb.h"
 
+#include "../core/fnv.h"
 #include "pb_dispatch.h"
 
 /* ---- the budgeted allocator ---------------------------------------------- */
@@ -50,23 +51,14 @@ void zcrpc__pb_alloc_init(struct zcrpc__pb_alloc *pa, size_t wire_len)
 		pa->budget = SIZE_MAX;
 }
 
-static uint32_t fnv(uint32_t h, const char *s)
-{
-	while (*s) {
-		h ^= (uint8_t)*s++;
-		h *= 16777619u;
-	}
-	return h;
-}
-
 uint32_t zcrpc__pb_method_id(const ProtobufCServiceDescriptor *d, unsigned i)
 {
-	uint32_t h = 2166136261u;
+	uint32_t h = ZCRPC__FNV1A_BASIS;
 
-	h = fnv(h, "/");
-	h = fnv(h, d->name);
-	h = fnv(h, "/");
-	return fnv(h, d->methods[i].name);
+	h = zcrpc__fnv1a_more(h, "/");
+	h = zcrpc__fnv1a_more(h, d->name);
+	h = zcrpc__fnv1a_more(h, "/");
+	return zcrpc__fnv1a_more(h, d->methods[i].name);
 }
 
 /* ---- the server's dispatch ------------------------------------------------ */
