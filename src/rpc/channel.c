@@ -7,6 +7,7 @@
  * calls waiting for a connection or credits, and a bulk-buffer cache. */
 #include "rpc_internal.h"
 #include "../transport/test_hooks.h"
+#include "../core/abi.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -165,7 +166,7 @@ static void free_call(zcrpc_channel *ch, struct ccall *c)
 			zcrpc_reply r;
 
 			c->deliver_late = 0;
-			memset(&r, 0, sizeof(r));
+			zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
 			r.status = c->status;
 			r.message = c->message;
 			deliver(ch, c, &r);
@@ -266,7 +267,7 @@ static void complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 	zcrpc_reply r;
 	char msgbuf[1025];
 
-	memset(&r, 0, sizeof(r));
+	zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
 	r.status = (zcrpc_status)f->status;
 	r.n_md = zcrpc__md_view(f, md);
 	r.md = md;
@@ -303,7 +304,7 @@ static void run_done(zcrpc_channel *ch)
 		if (!ch->done_head)
 			ch->done_tail = NULL;
 		c->next = c->prev = NULL;
-		memset(&r, 0, sizeof(r));
+		zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
 		r.status = c->status;
 		r.message = c->message;
 		/* The caller's own reply_into memory is handed back only once
@@ -889,12 +890,10 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	if (!ch)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_channel_opts_init(&ch->o);
-	if (o) {
-		if (o->size < sizeof(*o)) {
-			free(ch);
-			return ZCRPC_INVALID_ARGUMENT;
-		}
-		ch->o = *o;
+	if (o &&
+	    ZCRPC__ABI_IN(&ch->o, o, ZCRPC__MIN_CHANNEL_OPTS) != ZCRPC_OK) {
+		free(ch);
+		return ZCRPC_INVALID_ARGUMENT;
 	}
 	if (ch->o.connect_timeout_ms <= 0 ||
 	    ch->o.window < ZCRPC_MIN_QUEUE_DEPTH ||
@@ -1003,11 +1002,8 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	if (ch->destroying)
 		return ZCRPC_FAILED_PRECONDITION;
 	zcrpc_call_opts_init(&co);
-	if (o) {
-		if (o->size < sizeof(*o))
-			return ZCRPC_INVALID_ARGUMENT;
-		co = *o;
-	}
+	if (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK)
+		return ZCRPC_INVALID_ARGUMENT;
 	mdl = zcrpc__md_bytes(co.md, co.n_md);
 	if (mdl == (size_t)-1 || co.timeout_us < 0)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -1189,15 +1185,16 @@ static void sync_cb(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 }
 
 zcrpc_status zcrpc_call(zcrpc_channel *ch, uint32_t method, const void *req,
-			size_t len, const zcrpc_call_opts *o,
-			zcrpc_result *out)
+			size_t len, const zcrpc_call_opts *o, zcrpc_result *out,
+			size_t out_size)
 {
 	struct sync_ctx s = {0, out};
 	zcrpc_status st;
 
-	if (!ch || !out)
+	/* Every field written below is within ZCRPC__MIN_RESULT. */
+	if (!ch || !out || out_size < ZCRPC__MIN_RESULT)
 		return ZCRPC_INVALID_ARGUMENT;
-	memset(out, 0, sizeof(*out));
+	zcrpc__abi_sized_init(out, out_size, sizeof(*out));
 	if (ch->w->in_progress) {
 		out->status = ZCRPC_FAILED_PRECONDITION;
 		out->message = strdup("synchronous call from inside a callback of the same worker");
@@ -1221,16 +1218,16 @@ void zcrpc_result_free(zcrpc_result *r)
 	free(r->message);
 	free(r->data);
 	free(r->attachment);
-	memset(r, 0, sizeof(*r));
+	zcrpc__abi_sized_init(r, r->size, sizeof(*r)); /* the fields it has */
 }
 
-void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out)
+void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out,
+			     size_t out_size)
 {
-	if (!out)
-		return;
-	memset(out, 0, sizeof(*out));
-	if (ch)
-		*out = ch->st;
+	zcrpc_channel_stats none;
+
+	memset(&none, 0, sizeof(none));
+	ZCRPC__ABI_OUT(out, out_size, ch ? &ch->st : &none);
 }
 
 void zcrpc__channel_test_dump(zcrpc_channel *ch, FILE *out)

@@ -2,6 +2,7 @@
  * replies (inline, in place, from another thread), the bulk path, a
  * concurrency limit with deadline checks, GOAWAY and graceful shutdown. */
 #include "rpc_internal.h"
+#include "../core/abi.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -382,7 +383,7 @@ static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 		call_free(s, c);
 		return;
 	}
-	memset(r, 0, sizeof(*r));
+	zcrpc__abi_sized_init(r, sizeof(*r), sizeof(*r));
 	r->method_id = c->f.method_id;
 	if (c->f.flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) {
 		r->data = c->req_bulk->ptr;
@@ -1127,7 +1128,9 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 
 	if (!c || c->state != SS_RUNNING)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (o && o->size < sizeof(*o))
+	memset(&ro, 0, sizeof(ro));
+	ro.size = sizeof(ro);
+	if (o && ZCRPC__ABI_IN(&ro, o, ZCRPC__MIN_REPLY_OPTS) != ZCRPC_OK)
 		return reply_invalid(c);
 	s = c->s;
 	sc = c->sc;
@@ -1138,10 +1141,6 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		if (!message || !*message)
 			message = "invalid status code from the handler";
 	}
-	memset(&ro, 0, sizeof(ro));
-	ro.size = sizeof(ro);
-	if (o)
-		ro = *o;
 	s->st.running--;
 	c->on_done = ro.on_done;
 	c->done_ctx = ro.ctx;
@@ -1338,19 +1337,23 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_server_opts_init(&s->o);
 	if (o) {
-		if (o->size < sizeof(*o) || o->window < ZCRPC_MIN_QUEUE_DEPTH ||
-		    o->window > ZCRPC_MAX_QUEUE_DEPTH ||
-		    (!o->psk && o->psk_len) ||
-		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
-				o->psk_len > ZCRPC_PSK_MAX)) ||
-		    o->handshake_timeout_ms < 0 ||
-		    o->bulk_write_timeout_ms < 0 || o->idle_release_ms < 0) {
+		const zcrpc_server_opts *n =
+			&s->o; /* the caller's, under the rule */
+
+		if (ZCRPC__ABI_IN(&s->o, o, ZCRPC__MIN_SERVER_OPTS) !=
+			    ZCRPC_OK ||
+		    n->window < ZCRPC_MIN_QUEUE_DEPTH ||
+		    n->window > ZCRPC_MAX_QUEUE_DEPTH ||
+		    (!n->psk && n->psk_len) ||
+		    (n->psk && (n->psk_len < ZCRPC_PSK_MIN ||
+				n->psk_len > ZCRPC_PSK_MAX)) ||
+		    n->handshake_timeout_ms < 0 ||
+		    n->bulk_write_timeout_ms < 0 || n->idle_release_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
-		s->o = *o;
-		if (o->psk) { /* our own copy */
-			memcpy(s->psk, o->psk, o->psk_len);
+		if (n->psk) { /* our own copy */
+			memcpy(s->psk, n->psk, n->psk_len);
 			s->o.psk = s->psk;
 		}
 	}
@@ -1523,10 +1526,11 @@ void zcrpc_server_destroy(zcrpc_server *s)
 	free(s);
 }
 
-void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
+void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *dst,
+			    size_t dst_size)
 {
-	if (!out)
-		return;
+	zcrpc_server_stats all, *out = &all;
+
 	memset(out, 0, sizeof(*out));
 	if (s) {
 		struct zcrpc__bulk_stats b;
@@ -1538,4 +1542,5 @@ void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
 		out->bulk_released = b.released;
 		out->pool_pinned = zcrpc__pool_pinned(s->w->pool);
 	}
+	ZCRPC__ABI_OUT(dst, dst_size, out);
 }

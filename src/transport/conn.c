@@ -14,6 +14,7 @@
 #include "../core/le.h"
 #include "hello.h"
 #include "test_hooks.h"
+#include "../core/abi.h"
 
 /* zcrpc__test_next_cq_entries(): the next connection's CQ size, 0 = normal. */
 static atomic_int test_next_cqe;
@@ -23,14 +24,22 @@ static atomic_int test_next_cqe;
 /* How long a teardown lets a CLOSE still in the send queue go out. */
 #define ZCRPC_CLOSE_SEND_WAIT_NS (200LL * 1000000LL)
 
-void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
-			  const zcrpc_conn_handlers *src)
+void zcrpc_conn_handlers_init(zcrpc_conn_handlers *h)
 {
-	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
+	memset(h, 0, sizeof(*h));
+	h->size = sizeof(*h);
+}
 
-	memset(dst, 0, sizeof(*dst));
-	memcpy(dst, src, n); /* an older, smaller struct: newer fields NULL */
-	dst->size = sizeof(*dst);
+zcrpc_status zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
+				  const zcrpc_conn_handlers *src)
+{
+	zcrpc_conn_handlers h;
+
+	zcrpc_conn_handlers_init(&h); /* an older, smaller struct: newer NULL */
+	if (ZCRPC__ABI_IN(&h, src, ZCRPC__MIN_CONN_HANDLERS) != ZCRPC_OK)
+		return ZCRPC_INVALID_ARGUMENT;
+	*dst = h;
+	return ZCRPC_OK;
 }
 
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
@@ -41,7 +50,8 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 		return NULL;
 	c->w = w;
 	if (h)
-		zcrpc__copy_handlers(&c->h, h);
+		(void)zcrpc__copy_handlers(&c->h,
+					   h); /* checked by the caller */
 	c->state = ZCRPC_CONN_CONNECTING;
 	c->status = ZCRPC_OK;
 	c->next = w->conns;
@@ -652,10 +662,9 @@ void zcrpc__conn_free(zcrpc_conn *c)
 zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *c,
 				     const zcrpc_conn_handlers *h)
 {
-	if (!c || !h || h->size < offsetof(zcrpc_conn_handlers, on_write_done))
+	if (!c || !h)
 		return ZCRPC_INVALID_ARGUMENT;
-	zcrpc__copy_handlers(&c->h, h);
-	return ZCRPC_OK;
+	return zcrpc__copy_handlers(&c->h, h);
 }
 
 zcrpc_conn_state zcrpc_conn_state_get(const zcrpc_conn *c)
@@ -673,8 +682,9 @@ const char *zcrpc_conn_error(const zcrpc_conn *c)
 	return c ? c->detail : "";
 }
 
-void zcrpc_conn_get_stats(const zcrpc_conn *c, zcrpc_conn_stats *out)
+void zcrpc_conn_get_stats(const zcrpc_conn *c, zcrpc_conn_stats *out,
+			  size_t out_size)
 {
-	if (c && out)
-		*out = c->stats;
+	if (c)
+		ZCRPC__ABI_OUT(out, out_size, &c->stats);
 }

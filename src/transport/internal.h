@@ -401,12 +401,15 @@ struct zcrpc_listener {
 	int failed; /* its device went away: id released, accepts nothing */
 	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
 	uint32_t handshakes;	    /* accepted connections not yet handed over */
+	zcrpc_conn_handlers conn_handlers; /* opts.conn_handlers points here */
 };
 
 /* conn.c: lifecycle */
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h);
-void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
-			  const zcrpc_conn_handlers *src);
+/* Copies the caller's handlers under the ABI rule (core/abi.h); on
+ * INVALID_ARGUMENT (a size no release had) @dst is untouched. */
+zcrpc_status zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
+				  const zcrpc_conn_handlers *src);
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id);
 void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 			    uint8_t *pd_buf, size_t pd_cap, int kind);

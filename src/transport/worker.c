@@ -2,6 +2,7 @@
  * listeners, a timerfd for deadlines and keepalive checks, an eventfd for
  * setup threads and functions posted from other threads. */
 #include "internal.h"
+#include "../core/abi.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -183,15 +184,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	if (!w)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_worker_opts_init(&w->opts);
-	if (opts) {
-		if (opts->size < offsetof(zcrpc_worker_opts, pool_max_slots)) {
-			st = ZCRPC_INVALID_ARGUMENT;
-			goto err_free;
-		}
-		/* An older, smaller struct keeps the defaults of newer fields. */
-		memcpy(&w->opts, opts,
-		       opts->size < sizeof(*opts) ? opts->size : sizeof(*opts));
-		w->opts.size = sizeof(w->opts);
+	if (opts &&
+	    ZCRPC__ABI_IN(&w->opts, opts, ZCRPC__MIN_WORKER_OPTS) != ZCRPC_OK) {
+		st = ZCRPC_INVALID_ARGUMENT;
+		goto err_free;
 	}
 	st = check_opts(&w->opts);
 	if (st != ZCRPC_OK)
@@ -334,19 +330,19 @@ void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
 	add_stats(&w->gone, &c->stats);
 }
 
-void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
+void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *dst,
+			    size_t dst_size)
 {
+	zcrpc_worker_stats all, *out = &all;
 	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
 	const zcrpc_conn *c;
 	const zcrpc_listener *l;
 	unsigned i;
 
-	if (!out)
-		return;
 	memset(out, 0, sizeof(*out));
 	if (!w)
-		return;
+		goto copy;
 	t = w->gone;
 	for (c = w->conns; c; c = c->next) {
 		add_stats(&t, &c->stats);
@@ -381,6 +377,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 		out->pool_exhausted += ps.cls[i].exhausted;
 	}
 	out->pool_bad_frees = ps.bad_puts;
+copy:
+	ZCRPC__ABI_OUT(dst, dst_size, out);
 }
 
 int zcrpc_worker_fd(const zcrpc_worker *w)
