@@ -20,6 +20,10 @@
 #include "zcrpc/status.h"
 #include "zcrpc/transport.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Bytes from the start of @T to the end of its member @F: the size of a
  * layout that ended with @F. */
 #define ZCRPC__LAYOUT_END(T, F) (offsetof(T, F) + sizeof(((T *)0)->F))
@@ -74,5 +78,9 @@ size_t zcrpc__abi_sized_init(void *dst, size_t dst_size, size_t lib_size);
 	zcrpc__abi_in((dst), sizeof(*(dst)), (src), (min))
 #define ZCRPC__ABI_OUT(dst, dst_size, src)                                     \
 	zcrpc__abi_out((dst), (dst_size), (src), sizeof(*(src)))
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZCRPC_CORE_ABI_H */
