@@ -99,7 +99,14 @@ typedef struct zcrpc_channel_opts {
 } zcrpc_channel_opts;
 
 /** Fills @o with the defaults documented above. */
-ZCRPC_API void zcrpc_channel_opts_init(zcrpc_channel_opts *o);
+ZCRPC_API void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *o,
+					     size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
+{
+	zcrpc_channel_opts_init_sized(o, sizeof(*o));
+}
 
 /**
  * zcrpc_channel_create - a channel to the server at @host:@port. It
@@ -137,7 +144,13 @@ typedef struct zcrpc_call_opts {
 
 /** Fills @o with defaults (no deadline beyond the channel's, no metadata,
  * no attachments, no reply limit). */
-ZCRPC_API void zcrpc_call_opts_init(zcrpc_call_opts *o);
+ZCRPC_API void zcrpc_call_opts_init_sized(zcrpc_call_opts *o, size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_call_opts_init(zcrpc_call_opts *o)
+{
+	zcrpc_call_opts_init_sized(o, sizeof(*o));
+}
 
 /** What a call returned. Valid only during the completion callback; the
  * struct belongs to the library and its data lies in registered memory the
@@ -350,7 +363,13 @@ typedef struct zcrpc_server_opts {
 } zcrpc_server_opts;
 
 /** Fills @o with the defaults documented above (and sets o->size). */
-ZCRPC_API void zcrpc_server_opts_init(zcrpc_server_opts *o);
+ZCRPC_API void zcrpc_server_opts_init_sized(zcrpc_server_opts *o, size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_server_opts_init(zcrpc_server_opts *o)
+{
+	zcrpc_server_opts_init_sized(o, sizeof(*o));
+}
 
 /** zcrpc_server_create - a server on worker @w. @o may be NULL. On success
  * *@out is the caller's (zcrpc_server_destroy()). */

@@ -97,7 +97,14 @@ typedef struct zcrpc_worker_opts {
 } zcrpc_worker_opts;
 
 /** Fills @opts with the defaults documented above (and sets opts->size). */
-ZCRPC_API void zcrpc_worker_opts_init(zcrpc_worker_opts *opts);
+ZCRPC_API void zcrpc_worker_opts_init_sized(zcrpc_worker_opts *opts,
+					    size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
+{
+	zcrpc_worker_opts_init_sized(opts, sizeof(*opts));
+}
 
 /**
  * zcrpc_worker_create - make a worker: CM event channel, epoll fd, timerfd,
@@ -261,7 +268,14 @@ typedef struct zcrpc_conn_handlers {
 } zcrpc_conn_handlers;
 
 /** Clears @h (every callback NULL, @arg NULL) and sets h->size. */
-ZCRPC_API void zcrpc_conn_handlers_init(zcrpc_conn_handlers *h);
+ZCRPC_API void zcrpc_conn_handlers_init_sized(zcrpc_conn_handlers *h,
+					      size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_conn_handlers_init(zcrpc_conn_handlers *h)
+{
+	zcrpc_conn_handlers_init_sized(h, sizeof(*h));
+}
 
 /** Active-side connect settings. Initialise with zcrpc_connect_opts_init(). */
 typedef struct zcrpc_connect_opts {
@@ -293,7 +307,14 @@ typedef struct zcrpc_connect_opts {
 #define ZCRPC_IDENTITY_MAX 64
 
 /** Fills @opts with the defaults documented above. */
-ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
+ZCRPC_API void zcrpc_connect_opts_init_sized(zcrpc_connect_opts *opts,
+					     size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_connect_opts_init(zcrpc_connect_opts *opts)
+{
+	zcrpc_connect_opts_init_sized(opts, sizeof(*opts));
+}
 
 /**
  * zcrpc_connect - start connecting to @host:@port (numeric address or name;
@@ -360,7 +381,14 @@ typedef struct zcrpc_listen_opts {
 } zcrpc_listen_opts;
 
 /** Fills @opts with the defaults documented above (conn_handlers NULL). */
-ZCRPC_API void zcrpc_listen_opts_init(zcrpc_listen_opts *opts);
+ZCRPC_API void zcrpc_listen_opts_init_sized(zcrpc_listen_opts *opts,
+					    size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
+{
+	zcrpc_listen_opts_init_sized(opts, sizeof(*opts));
+}
 
 /**
  * zcrpc_listen - listen on @host (NULL = every address) and @port ("0" = an

@@ -47,3 +47,13 @@ size_t zcrpc__abi_sized_init(void *dst, size_t dst_size, size_t lib_size)
 		memcpy(dst, &n, sizeof(n));
 	return n;
 }
+
+void zcrpc__abi_init(void *dst, size_t dst_size, const void *defaults,
+		     size_t lib_size)
+{
+	if (!dst || dst_size < sizeof(size_t) || dst_size > ZCRPC__ABI_SIZE_MAX)
+		return;
+	memset(dst, 0, dst_size);
+	memcpy(dst, defaults, dst_size < lib_size ? dst_size : lib_size);
+	memcpy(dst, &dst_size, sizeof(dst_size));
+}

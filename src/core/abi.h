@@ -73,6 +73,17 @@ size_t zcrpc__abi_out(void *dst, size_t dst_size, const void *src,
  */
 size_t zcrpc__abi_sized_init(void *dst, size_t dst_size, size_t lib_size);
 
+/*
+ * zcrpc__abi_init - what every in-struct's _init_sized() ends with: the
+ * library's defaults @defaults (@lib_size bytes) into the caller's struct
+ * of @dst_size bytes (the caller's sizeof, passed by the inline _init() of
+ * its header): at most @dst_size bytes are written, bytes past @lib_size
+ * (a newer caller's fields) are zeroed, and dst's size is set to
+ * @dst_size. A @dst_size too small to hold the size member writes nothing.
+ */
+void zcrpc__abi_init(void *dst, size_t dst_size, const void *defaults,
+		     size_t lib_size);
+
 /* The usual calls: @dst and @src are the library's own full structs. */
 #define ZCRPC__ABI_IN(dst, src, min)                                           \
 	zcrpc__abi_in((dst), sizeof(*(dst)), (src), (min))

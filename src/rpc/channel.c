@@ -858,8 +858,10 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 
 /* ---- public --------------------------------------------------------------- */
 
-void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
+void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *caller, size_t size)
 {
+	zcrpc_channel_opts d, *o = &d;
+
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->connect_timeout_ms = 10000;
@@ -869,12 +871,16 @@ void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
 	o->backoff_initial_ms = 100;
 	o->backoff_max_ms = 5000;
 	o->bulk_threshold = 16384;
+	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
-void zcrpc_call_opts_init(zcrpc_call_opts *o)
+void zcrpc_call_opts_init_sized(zcrpc_call_opts *caller, size_t size)
 {
+	zcrpc_call_opts d, *o = &d;
+
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
+	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
 zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,

@@ -1316,12 +1316,15 @@ int zcrpc_server_call_cancelled(const zcrpc_server_call *c)
 
 /* ---- server lifecycle ----------------------------------------------------- */
 
-void zcrpc_server_opts_init(zcrpc_server_opts *o)
+void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
 {
+	zcrpc_server_opts d, *o = &d;
+
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->window = ZCRPC_RPC_DEFAULT_WINDOW;
 	o->bulk_threshold = 16384;
+	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
 zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,

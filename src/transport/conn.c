@@ -24,10 +24,13 @@ static atomic_int test_next_cqe;
 /* How long a teardown lets a CLOSE still in the send queue go out. */
 #define ZCRPC_CLOSE_SEND_WAIT_NS (200LL * 1000000LL)
 
-void zcrpc_conn_handlers_init(zcrpc_conn_handlers *h)
+void zcrpc_conn_handlers_init_sized(zcrpc_conn_handlers *caller, size_t size)
 {
+	zcrpc_conn_handlers d, *h = &d;
+
 	memset(h, 0, sizeof(*h));
 	h->size = sizeof(*h);
+	zcrpc__abi_init(caller, size, h, sizeof(*h));
 }
 
 zcrpc_status zcrpc__copy_handlers(zcrpc_conn_handlers *dst,

@@ -176,11 +176,14 @@ void zcrpc__jobs_join_all(zcrpc_worker *w)
 	w->done_jobs = NULL;
 }
 
-void zcrpc_connect_opts_init(zcrpc_connect_opts *opts)
+void zcrpc_connect_opts_init_sized(zcrpc_connect_opts *caller, size_t size)
 {
+	zcrpc_connect_opts d, *opts = &d;
+
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
 	opts->timeout_ms = 10000;
+	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
 zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,

@@ -21,13 +21,16 @@
 #define ZCRPC_HANDSHAKE_TIMEOUT_MS 10000
 #define ZCRPC_MAX_HANDSHAKES 128
 
-void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
+void zcrpc_listen_opts_init_sized(zcrpc_listen_opts *caller, size_t size)
 {
+	zcrpc_listen_opts d, *opts = &d;
+
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
 	opts->backlog = 128;
 	opts->max_handshakes = ZCRPC_MAX_HANDSHAKES;
 	opts->handshake_timeout_ms = ZCRPC_HANDSHAKE_TIMEOUT_MS;
+	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
 void zcrpc__listener_release(zcrpc_conn *c)

@@ -124,8 +124,10 @@ void zcrpc__worker_keepalive_start(zcrpc_worker *w)
 	arm_timer(w);
 }
 
-void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
+void zcrpc_worker_opts_init_sized(zcrpc_worker_opts *caller, size_t size)
 {
+	zcrpc_worker_opts d, *opts = &d;
+
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
 	opts->recv_depth = 64;
@@ -137,6 +139,7 @@ void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
 	opts->pool_max_slots = 65536;
 	opts->context = NULL;
 	opts->keepalive_ms = 1000;
+	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
 static zcrpc_status check_opts(const zcrpc_worker_opts *o)

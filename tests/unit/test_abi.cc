@@ -267,3 +267,55 @@ TEST(Abi, SyncCallRefusesAResultTooSmallForTheFirstRelease)
 	EXPECT_TRUE(r.GuardIntact());
 	EXPECT_EQ(res->size, sizeof(zcrpc_result));
 }
+
+TEST(Abi, InitWritesNoMoreThanTheCallersStructAndZeroesANewerOnesFields)
+{
+	// An older caller's worker options (ending before keepalive_ms): its
+	// header's inline _init passes that size; the guard after it stays.
+	size_t n = offsetof(zcrpc_worker_opts, keepalive_ms);
+	Guarded old(n);
+	zcrpc_worker_opts_init_sized(
+		static_cast<zcrpc_worker_opts *>(old.data()), n);
+	EXPECT_TRUE(old.GuardIntact());
+	auto *o = static_cast<zcrpc_worker_opts *>(old.data());
+	EXPECT_EQ(o->size, n);
+	EXPECT_EQ(o->recv_depth, 64u);
+	// The same for every init, one byte short of this build's struct.
+	Guarded h(sizeof(zcrpc_conn_handlers) - sizeof(void *));
+	zcrpc_conn_handlers_init_sized(
+		static_cast<zcrpc_conn_handlers *>(h.data()), h.size_);
+	EXPECT_TRUE(h.GuardIntact());
+	Guarded co(offsetof(zcrpc_connect_opts, identity));
+	zcrpc_connect_opts_init_sized(
+		static_cast<zcrpc_connect_opts *>(co.data()), co.size_);
+	EXPECT_TRUE(co.GuardIntact());
+	Guarded lo(offsetof(zcrpc_listen_opts, handshake_timeout_ms));
+	zcrpc_listen_opts_init_sized(
+		static_cast<zcrpc_listen_opts *>(lo.data()), lo.size_);
+	EXPECT_TRUE(lo.GuardIntact());
+	Guarded cho(offsetof(zcrpc_channel_opts, identity));
+	zcrpc_channel_opts_init_sized(
+		static_cast<zcrpc_channel_opts *>(cho.data()), cho.size_);
+	EXPECT_TRUE(cho.GuardIntact());
+	Guarded cao(offsetof(zcrpc_call_opts, max_reply));
+	zcrpc_call_opts_init_sized(static_cast<zcrpc_call_opts *>(cao.data()),
+				   cao.size_);
+	EXPECT_TRUE(cao.GuardIntact());
+	Guarded so(offsetof(zcrpc_server_opts, idle_release_ms));
+	zcrpc_server_opts_init_sized(
+		static_cast<zcrpc_server_opts *>(so.data()), so.size_);
+	EXPECT_TRUE(so.GuardIntact());
+
+	// A newer caller's larger struct: this library's defaults, then zeros
+	// for the fields it does not know, and the caller's size.
+	struct {
+		zcrpc_worker_opts o;
+		uint64_t newer[2];
+	} big;
+	memset(&big, 0xff, sizeof(big));
+	zcrpc_worker_opts_init_sized(&big.o, sizeof(big));
+	EXPECT_EQ(big.o.size, sizeof(big));
+	EXPECT_EQ(big.o.keepalive_ms, 1000u);
+	EXPECT_EQ(big.newer[0], 0u);
+	EXPECT_EQ(big.newer[1], 0u);
+}
