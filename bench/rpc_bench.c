@@ -486,7 +486,7 @@ int main(int argc, char **argv)
 	if (rc == 0) {
 		zcrpc_channel_stats s;
 
-		zcrpc_channel_get_stats(cs[0].ch, &s);
+		zcrpc_channel_get_stats(cs[0].ch, &s, sizeof(s));
 		printf("{\"bench\":\"zcrpc_rpc_stats\",\"mode\":\"%s\",\"calls_ok\":%llu,"
 		       "\"calls_failed\":%llu,\"copied_bytes\":%llu}\n", mode,
 		       (unsigned long long)s.calls_ok, (unsigned long long)s.calls_failed,

@@ -116,6 +116,7 @@ static void *server_main(void *arg)
 	struct server *s = arg;
 	zcrpc_worker_opts wo;
 	zcrpc_listen_opts lo;
+	zcrpc_conn_handlers lh;
 	zcrpc_listener *l = NULL;
 	zcrpc_status st;
 
@@ -130,11 +131,13 @@ static void *server_main(void *arg)
 	}
 	if (st == ZCRPC_OK) {
 		zcrpc_listen_opts_init(&lo);
+		zcrpc_conn_handlers_init(&lh);
 		lo.on_accept = srv_accept;
 		lo.arg = s;
-		lo.conn_handlers.on_recv = srv_recv;
-		lo.conn_handlers.on_state = srv_state;
-		lo.conn_handlers.arg = s;
+		lh.on_recv = srv_recv;
+		lh.on_state = srv_state;
+		lh.arg = s;
+		lo.conn_handlers = &lh;
 		st = zcrpc_listen(s->w, g_addr, g_port, &lo, &l);
 	}
 	if (st != ZCRPC_OK) {
@@ -411,7 +414,7 @@ int main(int argc, char **argv)
 	if (rc == 0) {
 		zcrpc_conn_stats s;
 
-		zcrpc_conn_get_stats(cl.c, &s);
+		zcrpc_conn_get_stats(cl.c, &s, sizeof(s));
 		printf("{\"bench\":\"zcrpc_transport_stats\",\"mode\":\"%s\",\"max_inline\":%u,"
 		       "\"copied_bytes\":%llu,\"credit_stalls\":%llu,\"rnr_events\":%llu}\n",
 		       mode, s.max_inline, (unsigned long long)s.copied_bytes,

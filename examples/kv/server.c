@@ -377,7 +377,7 @@ int main(int argc, char **argv)
 	while (!stop)
 		zcrpc_worker_progress(w, 100);
 	st = zcrpc_server_shutdown(s, 1000);
-	zcrpc_server_get_stats(s, &ss);
+	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	printf("kv server: shut down (%s); %zu keys; %llu puts, %llu gets, %llu deletes, "
 	       "%llu scans; %llu value bytes in, %llu out; %llu bytes copied by the library\n",
 	       zcrpc_status_str(st), g_store.n, (unsigned long long)g_store.puts,

@@ -46,7 +46,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state state,
 	(void)arg;
 	if (state != ZCRPC_CONN_CLOSED)
 		return;
-	zcrpc_conn_get_stats(conn, &s);
+	zcrpc_conn_get_stats(conn, &s, sizeof(s));
 	printf("server: connection closed (%s%s%s), echoed %llu messages, %llu bytes\n",
 	       zcrpc_status_str(status), *zcrpc_conn_error(conn) ? ": " : "",
 	       zcrpc_conn_error(conn), (unsigned long long)s.msgs_sent,
@@ -72,6 +72,7 @@ int main(int argc, char **argv)
 	zcrpc_worker *w = NULL;
 	zcrpc_listener *l = NULL;
 	zcrpc_listen_opts lo;
+	zcrpc_conn_handlers lh;
 	zcrpc_status st;
 
 	while ((opt = getopt(argc, argv, "a:p:c:bh")) != -1) {
@@ -95,9 +96,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	zcrpc_listen_opts_init(&lo);
+	zcrpc_conn_handlers_init(&lh);
 	lo.on_accept = on_accept;
-	lo.conn_handlers.on_recv = on_recv;
-	lo.conn_handlers.on_state = on_state;
+	lh.on_recv = on_recv;
+	lh.on_state = on_state;
+	lo.conn_handlers = &lh;
 	st = zcrpc_listen(w, addr, port, &lo, &l);
 	if (st != ZCRPC_OK) {
 		fprintf(stderr, "server: listen on %s:%s: %s\n", addr ? addr : "*",

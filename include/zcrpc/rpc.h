@@ -13,9 +13,16 @@
  * its message, DEADLINE_EXCEEDED, CANCELLED,
  * UNAVAILABLE (connection lost; "closed by the server" when the server
  * closed it in order with the call in flight; "could not connect" when it
- * never came up: refused, unreachable; server going away), RESOURCE_EXHAUSTED (local queue full),
- * UNAUTHENTICATED (the server refused the channel's pre-shared key, or
- * the key is missing on one side).
+ * never came up: refused, unreachable; server going away), RESOURCE_EXHAUSTED
+ * (local queue full), UNAUTHENTICATED (the server refused the channel's
+ * pre-shared key, or the key is missing on one side).
+ *
+ * ABI (docs/abi.md; the rule of zcrpc/transport.h): options start with a
+ * `size` their _init() sets; counters and zcrpc_result are written through
+ * a size argument (pass sizeof(*out)); the views the library hands to
+ * callbacks (zcrpc_reply, zcrpc_request) start with the `size` the library
+ * filled, so code built against a newer header can tell a field an older
+ * library does not fill: ZCRPC_VIEW_HAS(view, type, field).
  */
 #ifndef ZCRPC_RPC_H
 #define ZCRPC_RPC_H
@@ -38,9 +45,14 @@ typedef struct zcrpc_server_call zcrpc_server_call;
 /** Names a call for zcrpc_call_cancel(); 0 names none. */
 typedef uint64_t zcrpc_call_id;
 
+/** Non-zero when the library filled @field of the view @v (a pointer to a
+ * zcrpc_reply or zcrpc_request, whose @size the library set). */
+#define ZCRPC_VIEW_HAS(v, type, field)                                         \
+	((v)->size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
 /** One metadata pair. Keys 1..255 bytes, values < 64 KiB, at most 16
  * pairs and 2 KiB per message. In callbacks the pointers are valid only
- * during the callback. */
+ * during the callback. A fixed layout that never grows (docs/abi.md). */
 typedef struct zcrpc_md {
 	const char *key;
 	size_t key_len;
@@ -48,7 +60,8 @@ typedef struct zcrpc_md {
 	size_t value_len;
 } zcrpc_md;
 
-/** A piece of memory registered with zcrpc_mr_register(). */
+/** A piece of memory registered with zcrpc_mr_register(). A fixed layout
+ * that never grows (docs/abi.md). */
 typedef struct zcrpc_bulk {
 	const zcrpc_mr *mr;
 	size_t offset;
@@ -65,7 +78,7 @@ ZCRPC_API uint32_t zcrpc_method_id(const char *full_name);
 
 /** Channel settings. Initialise with zcrpc_channel_opts_init(). */
 typedef struct zcrpc_channel_opts {
-	size_t size;		    /**< sizeof(zcrpc_channel_opts) */
+	size_t size; /**< sizeof(zcrpc_channel_opts), set by init */
 	int connect_timeout_ms;	    /**< per connection attempt; default 10000 */
 	int64_t default_timeout_us; /**< call deadline when a call gives none; default 0 = none */
 	uint32_t window;	    /**< receive window each way (calls in flight); default 1040 */
@@ -82,10 +95,18 @@ typedef struct zcrpc_channel_opts {
 	const void *psk;
 	size_t psk_len;
 	const char *identity; /**< sent with the key proof (copied; <= 64 bytes), or NULL */
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 
 /** Fills @o with the defaults documented above. */
-ZCRPC_API void zcrpc_channel_opts_init(zcrpc_channel_opts *o);
+ZCRPC_API void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *o,
+					     size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
+{
+	zcrpc_channel_opts_init_sized(o, sizeof(*o));
+}
 
 /**
  * zcrpc_channel_create - a channel to the server at @host:@port. It
@@ -111,22 +132,32 @@ ZCRPC_API void zcrpc_channel_destroy(zcrpc_channel *ch);
 
 /** Per-call settings. Initialise with zcrpc_call_opts_init(). */
 typedef struct zcrpc_call_opts {
-	size_t size;		    /**< sizeof(zcrpc_call_opts) */
+	size_t size;		    /**< sizeof(zcrpc_call_opts), set by init */
 	int64_t timeout_us;	    /**< deadline from now; 0 = the channel's default */
 	const zcrpc_md *md;	    /**< request metadata (copied at submission) */
 	size_t n_md;
 	const zcrpc_bulk *attachment; /**< sent in place by RDMA WRITE; keep it unchanged until the call completes */
 	const zcrpc_bulk *reply_into; /**< registered memory (ZCRPC_MR_REMOTE_WRITE) the reply's attachment lands in; the server may write it only through a window revoked before the callback runs */
 	size_t max_reply;	    /**< largest reply payload + attachment accepted; 0 = no limit */
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_call_opts;
 
 /** Fills @o with defaults (no deadline beyond the channel's, no metadata,
  * no attachments, no reply limit). */
-ZCRPC_API void zcrpc_call_opts_init(zcrpc_call_opts *o);
+ZCRPC_API void zcrpc_call_opts_init_sized(zcrpc_call_opts *o, size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_call_opts_init(zcrpc_call_opts *o)
+{
+	zcrpc_call_opts_init_sized(o, sizeof(*o));
+}
 
 /** What a call returned. Valid only during the completion callback; the
- * data lies in registered memory the library (or @reply_into) owns. */
+ * struct belongs to the library and its data lies in registered memory the
+ * library (or @reply_into) owns. */
 typedef struct zcrpc_reply {
+	size_t size; /**< bytes of this struct the library filled
+			(ZCRPC_VIEW_HAS) */
 	zcrpc_status status;
 	const char *message;	 /**< the server's (or the library's) message; "" on OK */
 	const void *data;	 /**< reply payload */
@@ -135,6 +166,7 @@ typedef struct zcrpc_reply {
 	size_t attachment_len;
 	const zcrpc_md *md;	 /**< reply metadata */
 	size_t n_md;
+	/* New fields go here. */
 } zcrpc_reply;
 
 typedef void (*zcrpc_call_cb)(zcrpc_channel *ch, const zcrpc_reply *reply,
@@ -177,31 +209,41 @@ ZCRPC_API zcrpc_status zcrpc_call_async(zcrpc_channel *ch, uint32_t method,
  */
 ZCRPC_API zcrpc_status zcrpc_call_cancel(zcrpc_channel *ch, zcrpc_call_id id);
 
-/** A synchronous call's result; release with zcrpc_result_free(). */
+/** A synchronous call's result, filled by zcrpc_call() through the size
+ * it is given; release with zcrpc_result_free(). */
 typedef struct zcrpc_result {
+	size_t size; /**< bytes zcrpc_call() filled (min of its @out_size and
+			the library's sizeof) */
 	zcrpc_status status;
 	char *message; /**< "" on OK */
 	void *data;    /**< reply payload (heap copy) */
 	size_t len;
 	void *attachment; /**< reply attachment (heap copy unless reply_into was given) */
 	size_t attachment_len;
+	/* New fields go here (filled, and owned memory allocated, only when
+	 * @size covers them). */
 } zcrpc_result;
 
 /**
  * zcrpc_call - call and wait: drives the worker's progress until the call
  * completes, then copies the reply into *@out (heap memory the caller
- * frees with zcrpc_result_free()). Returns the call's status (also in
- * out->status). FAILED_PRECONDITION when called from inside a callback of
- * the channel's worker (it would deadlock the worker).
+ * frees with zcrpc_result_free()), writing at most @out_size bytes of it
+ * (pass sizeof(*out)). Returns the call's status (also in out->status).
+ * FAILED_PRECONDITION when called from inside a callback of the channel's
+ * worker (it would deadlock the worker). INVALID_ARGUMENT, with nothing
+ * written, for NULL @ch or @out or an @out_size too small for the fields
+ * of the first release.
  */
 ZCRPC_API zcrpc_status zcrpc_call(zcrpc_channel *ch, uint32_t method,
 				  const void *req, size_t len,
-				  const zcrpc_call_opts *o, zcrpc_result *out);
+				  const zcrpc_call_opts *o, zcrpc_result *out,
+				  size_t out_size);
 
-/** Frees what zcrpc_call() put in @r and clears it. NULL is a no-op. */
+/** Frees what zcrpc_call() put in @r (the fields its r->size covers) and
+ * clears them. NULL is a no-op. */
 ZCRPC_API void zcrpc_result_free(zcrpc_result *r);
 
-/** Channel counters. */
+/** Channel counters, read with zcrpc_channel_get_stats(). */
 typedef struct zcrpc_channel_stats {
 	uint64_t calls_started, calls_ok, calls_failed;
 	uint64_t late_replies;	 /**< replies to calls already completed, dropped */
@@ -230,10 +272,14 @@ typedef struct zcrpc_channel_stats {
 	 * zcrpc_conn_error() of the connection says the same.
 	 */
 	uint64_t protocol_errors;
+	/* New counters go here. */
 } zcrpc_channel_stats;
 
+/** Copies the channel's counters into @out, at most @out_size bytes (pass
+ * sizeof(*out)); all zero for a NULL @ch. */
 ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
-				       zcrpc_channel_stats *out);
+				       zcrpc_channel_stats *out,
+				       size_t out_size);
 
 /* ---- server ------------------------------------------------------------- */
 
@@ -244,6 +290,8 @@ ZCRPC_API void zcrpc_channel_get_stats(const zcrpc_channel *ch,
  * handler replying later may keep the pointer. The data lies in
  * registered memory the library owns. */
 typedef struct zcrpc_request {
+	size_t size; /**< bytes of this struct the library filled
+			(ZCRPC_VIEW_HAS) */
 	uint32_t method_id;
 	const void *data;
 	size_t len;
@@ -255,6 +303,7 @@ typedef struct zcrpc_request {
 	/** The attachment as registered memory: pass it as the reply's
 	 * attachment to send it back in place (it stays valid until then). */
 	zcrpc_bulk attachment_mr;
+	/* New fields go here. */
 } zcrpc_request;
 
 /**
@@ -268,7 +317,7 @@ typedef void (*zcrpc_handler)(zcrpc_server_call *call,
 
 /** Server settings. Initialise with zcrpc_server_opts_init(). */
 typedef struct zcrpc_server_opts {
-	size_t size;		 /**< sizeof(zcrpc_server_opts) */
+	size_t size;		 /**< sizeof(zcrpc_server_opts), set by init */
 	uint32_t window;	 /**< receive window per connection; default 1040 */
 	uint32_t max_concurrent; /**< handlers running at once; 0 = no limit. Requests beyond it wait
 				      in arrival order; those whose deadline passed meanwhile are never run */
@@ -310,9 +359,17 @@ typedef struct zcrpc_server_opts {
 	 * slack). Checked every idle_release_ms / 2 from the server's timer.
 	 * 0 = default (10000). */
 	int idle_release_ms;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_server_opts;
 
-ZCRPC_API void zcrpc_server_opts_init(zcrpc_server_opts *o);
+/** Fills @o with the defaults documented above (and sets o->size). */
+ZCRPC_API void zcrpc_server_opts_init_sized(zcrpc_server_opts *o, size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_server_opts_init(zcrpc_server_opts *o)
+{
+	zcrpc_server_opts_init_sized(o, sizeof(*o));
+}
 
 /** zcrpc_server_create - a server on worker @w. @o may be NULL. On success
  * *@out is the caller's (zcrpc_server_destroy()). */
@@ -361,7 +418,7 @@ ZCRPC_API zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms);
  * NULL is a no-op. */
 ZCRPC_API void zcrpc_server_destroy(zcrpc_server *s);
 
-/** Reply settings. */
+/** Reply settings: zero them and set @size to sizeof(zcrpc_reply_opts). */
 typedef struct zcrpc_reply_opts {
 	size_t size;		       /**< sizeof(zcrpc_reply_opts) */
 	const zcrpc_md *md;	       /**< reply metadata (copied) */
@@ -369,6 +426,7 @@ typedef struct zcrpc_reply_opts {
 	const zcrpc_bulk *attachment; /**< sent in place; unchanged until on_done */
 	void (*on_done)(void *ctx, zcrpc_status st); /**< the reply left (or could not); may be NULL */
 	void *ctx;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_reply_opts;
 
 /**
@@ -421,7 +479,7 @@ ZCRPC_API zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *call,
  * replies from a helper thread may poll it there. */
 ZCRPC_API int zcrpc_server_call_cancelled(const zcrpc_server_call *call);
 
-/** Server counters. */
+/** Server counters, read with zcrpc_server_get_stats(). */
 typedef struct zcrpc_server_stats {
 	uint64_t calls, replies, unimplemented, expired_not_run, cancelled;
 	/** Connections closed because the client broke the protocol
@@ -462,10 +520,13 @@ typedef struct zcrpc_server_stats {
 	/** Bytes of the worker's pool (send and receive slots) registered
 	 * now; it falls as idle regions are given back (idle_release_ms). */
 	uint64_t pool_pinned;
+	/* New counters go here. */
 } zcrpc_server_stats;
 
+/** Copies the server's counters into @out, at most @out_size bytes (pass
+ * sizeof(*out)); all zero for a NULL @s. */
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,
-				      zcrpc_server_stats *out);
+				      zcrpc_server_stats *out, size_t out_size);
 
 #ifdef __cplusplus
 }

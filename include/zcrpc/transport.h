@@ -18,6 +18,13 @@
  * zcrpc_connect() or a listener's on_accept) belongs to the application,
  * which must release it with zcrpc_conn_destroy(), also after it closed.
  * zcrpc_worker_destroy() releases whatever the application did not.
+ *
+ * ABI (docs/abi.md): a struct with a `size` first member is passed in; set
+ * it with the struct's _init() (or to its sizeof), so a library newer than
+ * the header keeps the defaults of fields added since. Counters are read
+ * through a size argument: pass sizeof(*out); the library writes no more.
+ * New fields are only ever appended, where a struct says "new fields go
+ * here".
  */
 #ifndef ZCRPC_TRANSPORT_H
 #define ZCRPC_TRANSPORT_H
@@ -86,10 +93,18 @@ typedef struct zcrpc_worker_opts {
 	 * a sleeping progress every keepalive_ms / 2 to check.
 	 */
 	uint32_t keepalive_ms;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_worker_opts;
 
 /** Fills @opts with the defaults documented above (and sets opts->size). */
-ZCRPC_API void zcrpc_worker_opts_init(zcrpc_worker_opts *opts);
+ZCRPC_API void zcrpc_worker_opts_init_sized(zcrpc_worker_opts *opts,
+					    size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
+{
+	zcrpc_worker_opts_init_sized(opts, sizeof(*opts));
+}
 
 /**
  * zcrpc_worker_create - make a worker: CM event channel, epoll fd, timerfd,
@@ -192,12 +207,14 @@ typedef enum zcrpc_conn_state {
 } zcrpc_conn_state;
 
 /**
- * Callbacks of a connection. Both run on the worker's thread from inside
- * zcrpc_worker_progress(). Either may call zcrpc_conn_send(),
+ * Callbacks of a connection. All run on the worker's thread from inside
+ * zcrpc_worker_progress(). Each may call zcrpc_conn_send(),
  * zcrpc_conn_close() and zcrpc_conn_destroy() on the connection.
+ * Initialise with zcrpc_conn_handlers_init() (or set @size to its sizeof);
+ * the struct is copied wherever it is passed.
  */
 typedef struct zcrpc_conn_handlers {
-	size_t size; /**< sizeof(zcrpc_conn_handlers) */
+	size_t size; /**< sizeof(zcrpc_conn_handlers), set by init */
 	/**
 	 * State change: ESTABLISHED (status OK) for connections made with
 	 * zcrpc_connect(), and CLOSED for every connection, exactly once, with
@@ -247,11 +264,22 @@ typedef struct zcrpc_conn_handlers {
 	 */
 	void (*on_revoked)(zcrpc_conn *conn, void *user_ctx,
 			   zcrpc_status status, void *arg);
+	/* New callbacks go here (NULL must mean none: docs/abi.md). */
 } zcrpc_conn_handlers;
+
+/** Clears @h (every callback NULL, @arg NULL) and sets h->size. */
+ZCRPC_API void zcrpc_conn_handlers_init_sized(zcrpc_conn_handlers *h,
+					      size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_conn_handlers_init(zcrpc_conn_handlers *h)
+{
+	zcrpc_conn_handlers_init_sized(h, sizeof(*h));
+}
 
 /** Active-side connect settings. Initialise with zcrpc_connect_opts_init(). */
 typedef struct zcrpc_connect_opts {
-	size_t size;	  /**< sizeof(zcrpc_connect_opts) */
+	size_t size;	  /**< sizeof(zcrpc_connect_opts), set by init */
 	int timeout_ms;	  /**< connect deadline; default 10000; must be > 0 */
 	const char *src_addr; /**< local address to bind, or NULL */
 	uint32_t recv_depth;  /**< receive window for this connection; 0 = the worker's */
@@ -269,6 +297,7 @@ typedef struct zcrpc_connect_opts {
 	/** Who this client says it is, covered by the proof (copied; up to
 	 * 64 bytes; NULL = empty). Only sent when @psk is set. */
 	const char *identity;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_connect_opts;
 
 /** Limits of zcrpc_connect_opts.psk / zcrpc_listen_opts.psk (bytes). */
@@ -278,7 +307,14 @@ typedef struct zcrpc_connect_opts {
 #define ZCRPC_IDENTITY_MAX 64
 
 /** Fills @opts with the defaults documented above. */
-ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
+ZCRPC_API void zcrpc_connect_opts_init_sized(zcrpc_connect_opts *opts,
+					     size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_connect_opts_init(zcrpc_connect_opts *opts)
+{
+	zcrpc_connect_opts_init_sized(opts, sizeof(*opts));
+}
 
 /**
  * zcrpc_connect - start connecting to @host:@port (numeric address or name;
@@ -287,7 +323,7 @@ ZCRPC_API void zcrpc_connect_opts_init(zcrpc_connect_opts *opts);
  * zcrpc_worker_progress(). Address and route resolution run on a setup
  * thread; the deadline covers resolution and connection.
  *
- * @opts may be NULL; @handlers is copied. On success *@out is the new
+ * @opts may be NULL; both structs are copied. On success *@out is the new
  * connection, owned by the caller (zcrpc_conn_destroy()).
  * Errors: INVALID_ARGUMENT (NULL host/port/handlers, bad option, a psk
  * outside 16..64 bytes or an identity above 64), RESOURCE_EXHAUSTED (out
@@ -301,7 +337,7 @@ ZCRPC_API zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 
 /** Listener settings. Initialise with zcrpc_listen_opts_init(). */
 typedef struct zcrpc_listen_opts {
-	size_t size; /**< sizeof(zcrpc_listen_opts) */
+	size_t size; /**< sizeof(zcrpc_listen_opts), set by init */
 	int backlog; /**< rdma_listen backlog; default 128 */
 	/**
 	 * A connection was accepted and is ESTABLISHED (and, with a psk,
@@ -310,8 +346,14 @@ typedef struct zcrpc_listen_opts {
 	 * @conn_handlers until changed with zcrpc_conn_set_handlers().
 	 */
 	void (*on_accept)(zcrpc_listener *l, zcrpc_conn *conn, void *arg);
-	void *arg;			   /**< passed to on_accept */
-	zcrpc_conn_handlers conn_handlers; /**< given to each accepted connection */
+	void *arg; /**< passed to on_accept */
+	/**
+	 * Callbacks given to each accepted connection; copied by
+	 * zcrpc_listen() (the caller's struct may go away after it), NULL for
+	 * none. A pointer, so the handlers can grow without moving the
+	 * fields after it.
+	 */
+	const zcrpc_conn_handlers *conn_handlers;
 	uint32_t recv_depth; /**< receive window of accepted connections; 0 = the worker's */
 	uint32_t send_depth; /**< send queue depth of accepted connections; 0 = the worker's */
 	/**
@@ -335,10 +377,18 @@ typedef struct zcrpc_listen_opts {
 	 * is closed and everything it held is released. Default 10000;
 	 * 0 = the default. */
 	int handshake_timeout_ms;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_listen_opts;
 
-/** Fills @opts with the defaults documented above. */
-ZCRPC_API void zcrpc_listen_opts_init(zcrpc_listen_opts *opts);
+/** Fills @opts with the defaults documented above (conn_handlers NULL). */
+ZCRPC_API void zcrpc_listen_opts_init_sized(zcrpc_listen_opts *opts,
+					    size_t size);
+/* An inline, so the size is the caller's own sizeof: a library newer
+ * than the caller's header never writes past its struct (docs/abi.md). */
+static inline void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
+{
+	zcrpc_listen_opts_init_sized(opts, sizeof(*opts));
+}
 
 /**
  * zcrpc_listen - listen on @host (NULL = every address) and @port ("0" = an
@@ -348,6 +398,7 @@ ZCRPC_API void zcrpc_listen_opts_init(zcrpc_listen_opts *opts);
  * a reason the client reports.
  *
  * On success *@out is owned by the caller (zcrpc_listener_destroy()).
+ * @opts and *opts->conn_handlers are copied.
  * Errors: INVALID_ARGUMENT (NULL port/opts/on_accept, bad address, a psk
  * outside 16..64 bytes, a psk on a worker whose max_msg is below 100,
  * negative handshake_timeout_ms),
@@ -391,7 +442,8 @@ ZCRPC_API int zcrpc_conn_can_send(const zcrpc_conn *conn);
 /**
  * A message buffer in the worker's registered pool: fill @data (up to
  * @capacity bytes) and send it with zcrpc_conn_send_msg() without a copy.
- * @id names the slot; treat it as opaque.
+ * @id names the slot; treat it as opaque. A fixed layout that never grows
+ * (docs/abi.md).
  */
 typedef struct zcrpc_msg {
 	void *data;
@@ -460,7 +512,8 @@ ZCRPC_API zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr,
  * have been revoked or its connection destroyed). NULL is a no-op. */
 ZCRPC_API void zcrpc_mr_deregister(zcrpc_mr *mr);
 
-/** Where a peer may write: address, length and key, for one connection. */
+/** Where a peer may write: address, length and key, for one connection.
+ * A fixed layout that never grows (its encoding is the wire format). */
 typedef struct zcrpc_remote_region {
 	uint64_t addr;
 	uint64_t len;
@@ -583,7 +636,8 @@ ZCRPC_API void zcrpc_conn_close(zcrpc_conn *conn);
  */
 ZCRPC_API void zcrpc_conn_destroy(zcrpc_conn *conn);
 
-/** Replaces the connection's callbacks (@h is copied). */
+/** Replaces the connection's callbacks (@h is copied). Errors:
+ * INVALID_ARGUMENT (NULL, or @h->size not set by zcrpc_conn_handlers_init). */
 ZCRPC_API zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *conn,
 					       const zcrpc_conn_handlers *h);
 
@@ -597,7 +651,7 @@ ZCRPC_API zcrpc_status zcrpc_conn_status(const zcrpc_conn *conn);
  * is owned by the connection and valid until it is destroyed. */
 ZCRPC_API const char *zcrpc_conn_error(const zcrpc_conn *conn);
 
-/** Per-connection counters. */
+/** Per-connection counters, read with zcrpc_conn_get_stats(). */
 typedef struct zcrpc_conn_stats {
 	uint64_t msgs_sent, msgs_recv;	 /**< data messages */
 	uint64_t bytes_sent, bytes_recv; /**< data payload bytes */
@@ -621,14 +675,20 @@ typedef struct zcrpc_conn_stats {
 					  *   (every WR still posted gets one) */
 	uint64_t unflushed_wrs;		 /**< WRs posted at teardown whose flush did
 					  *   not come within 100 ms (should stay 0) */
+					 /* New counters go here. */
 } zcrpc_conn_stats;
 
-/** Copies the connection's counters into @out. */
+/**
+ * zcrpc_conn_get_stats - copy the connection's counters into @out, whose
+ * size is @out_size (pass sizeof(*out)): at most @out_size bytes are
+ * written, so a caller built with an older, shorter struct gets the
+ * counters it knows. Nothing is written for a NULL @conn.
+ */
 ZCRPC_API void zcrpc_conn_get_stats(const zcrpc_conn *conn,
-				    zcrpc_conn_stats *out);
+				    zcrpc_conn_stats *out, size_t out_size);
 
 /** Per-worker counters: its connections' totals (including destroyed ones)
- * and its pool. */
+ * and its pool. Read with zcrpc_worker_get_stats(). */
 typedef struct zcrpc_worker_stats {
 	uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv;
 	uint64_t copied_bytes; /**< bytes memcpy'd on the data path */
@@ -652,11 +712,13 @@ typedef struct zcrpc_worker_stats {
 				      *   bind or invalidate (see zcrpc_conn_stats) */
 	uint64_t flushed_wcs;	     /**< flush completions collected at teardown */
 	uint64_t unflushed_wrs;	     /**< WRs whose flush did not come (should stay 0) */
+				     /* New counters go here. */
 } zcrpc_worker_stats;
 
-/** Copies the worker's counters into @out. */
+/** Copies the worker's counters into @out, at most @out_size bytes (pass
+ * sizeof(*out)); all zero for a NULL @w. */
 ZCRPC_API void zcrpc_worker_get_stats(const zcrpc_worker *w,
-				      zcrpc_worker_stats *out);
+				      zcrpc_worker_stats *out, size_t out_size);
 
 #ifdef __cplusplus
 }

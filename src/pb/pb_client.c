@@ -8,6 +8,7 @@
 #include "zcrpc/pb.h"
 
 #include "pb_internal.h"
+#include "../core/abi.h"
 
 /* ---- the client ----------------------------------------------------------- */
 
@@ -171,13 +172,14 @@ zcrpc_status zcrpc_pb_client_set_opts(ProtobufCService *svc,
 				      const zcrpc_call_opts *o)
 {
 	struct pb_client *c = as_client(svc);
+	zcrpc_call_opts co;
 
-	if (!c || (o && o->size < sizeof(*o)))
+	zcrpc_call_opts_init(&co);
+	if (!c ||
+	    (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK))
 		return ZCRPC_INVALID_ARGUMENT;
-	if (o) {
-		c->opts = *o;
-		c->opts.size = sizeof(c->opts);
-	}
+	if (o)
+		c->opts = co;
 	c->has_opts = o != NULL;
 	return ZCRPC_OK;
 }
@@ -280,7 +282,7 @@ zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
 	if (len > sizeof(small) && !(buf = malloc(len)))
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	protobuf_c_message_pack(req, buf);
-	st = zcrpc_call(ch, method, buf, len, o, &res);
+	st = zcrpc_call(ch, method, buf, len, o, &res, sizeof(res));
 	if (buf != small)
 		free(buf);
 	if (st == ZCRPC_OK) {

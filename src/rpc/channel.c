@@ -195,8 +195,10 @@ static void on_recv(zcrpc_conn *conn, const void *data, size_t len, void *arg)
 	}
 }
 
-void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
+void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *caller, size_t size)
 {
+	zcrpc_channel_opts d, *o = &d;
+
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->connect_timeout_ms = 10000;
@@ -206,6 +208,7 @@ void zcrpc_channel_opts_init(zcrpc_channel_opts *o)
 	o->backoff_initial_ms = 100;
 	o->backoff_max_ms = 5000;
 	o->bulk_threshold = 16384;
+	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
 zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
@@ -221,12 +224,10 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	if (!ch)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_channel_opts_init(&ch->o);
-	if (o) {
-		if (o->size < sizeof(*o)) {
-			free(ch);
-			return ZCRPC_INVALID_ARGUMENT;
-		}
-		ch->o = *o;
+	if (o &&
+	    ZCRPC__ABI_IN(&ch->o, o, ZCRPC__MIN_CHANNEL_OPTS) != ZCRPC_OK) {
+		free(ch);
+		return ZCRPC_INVALID_ARGUMENT;
 	}
 	if (ch->o.connect_timeout_ms <= 0 ||
 	    ch->o.window < ZCRPC_MIN_QUEUE_DEPTH ||
@@ -315,11 +316,11 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	free(ch);
 }
 
-void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out)
+void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out,
+			     size_t out_size)
 {
-	if (!out)
-		return;
-	memset(out, 0, sizeof(*out));
-	if (ch)
-		*out = ch->st;
+	zcrpc_channel_stats none;
+
+	memset(&none, 0, sizeof(none));
+	ZCRPC__ABI_OUT(out, out_size, ch ? &ch->st : &none);
 }

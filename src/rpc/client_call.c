@@ -33,7 +33,7 @@ void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c)
 			zcrpc_reply r;
 
 			c->deliver_late = 0;
-			memset(&r, 0, sizeof(r));
+			zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
 			r.status = c->status;
 			r.message = c->message;
 			deliver(ch, c, &r);
@@ -110,7 +110,7 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 	zcrpc_reply r;
 	char msgbuf[1025];
 
-	memset(&r, 0, sizeof(r));
+	zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
 	r.status = (zcrpc_status)f->status;
 	r.n_md = zcrpc__md_view(f, md);
 	r.md = md;
@@ -145,7 +145,7 @@ void zcrpc__channel_run_done(zcrpc_channel *ch)
 		zcrpc_reply r;
 
 		zcrpc__list_remove(&c->link);
-		memset(&r, 0, sizeof(r));
+		zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
 		r.status = c->status;
 		r.message = c->message;
 		/* The caller's own reply_into memory is handed back only once
@@ -277,10 +277,13 @@ void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
 		zcrpc__timer_start(ch->w, &ch->timer, next_due);
 }
 
-void zcrpc_call_opts_init(zcrpc_call_opts *o)
+void zcrpc_call_opts_init_sized(zcrpc_call_opts *caller, size_t size)
 {
+	zcrpc_call_opts d, *o = &d;
+
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
+	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
 static void copy_fill(void *dst, size_t len, void *ctx)
@@ -438,11 +441,8 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	if (ch->destroying)
 		return ZCRPC_FAILED_PRECONDITION;
 	zcrpc_call_opts_init(&co);
-	if (o) {
-		if (o->size < sizeof(*o))
-			return ZCRPC_INVALID_ARGUMENT;
-		co = *o;
-	}
+	if (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK)
+		return ZCRPC_INVALID_ARGUMENT;
 	st = check_opts(ch, &co, len, &inline_cap);
 	if (st != ZCRPC_OK)
 		return st;

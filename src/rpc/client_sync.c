@@ -38,15 +38,16 @@ static void sync_cb(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 }
 
 zcrpc_status zcrpc_call(zcrpc_channel *ch, uint32_t method, const void *req,
-			size_t len, const zcrpc_call_opts *o,
-			zcrpc_result *out)
+			size_t len, const zcrpc_call_opts *o, zcrpc_result *out,
+			size_t out_size)
 {
 	struct sync_ctx s = {0, out};
 	zcrpc_status st;
 
-	if (!ch || !out)
+	/* Every field written below is within ZCRPC__MIN_RESULT. */
+	if (!ch || !out || out_size < ZCRPC__MIN_RESULT)
 		return ZCRPC_INVALID_ARGUMENT;
-	memset(out, 0, sizeof(*out));
+	zcrpc__abi_sized_init(out, out_size, sizeof(*out));
 	if (zcrpc__worker_in_progress(ch->w)) {
 		out->status = ZCRPC_FAILED_PRECONDITION;
 		out->message = strdup("synchronous call from inside a callback of the same worker");
@@ -70,5 +71,5 @@ void zcrpc_result_free(zcrpc_result *r)
 	free(r->message);
 	free(r->data);
 	free(r->attachment);
-	memset(r, 0, sizeof(*r));
+	zcrpc__abi_sized_init(r, r->size, sizeof(*r)); /* the fields it has */
 }

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../core/abi.h"
 #include "../core/limits.h"
 #include "../transport/seam.h"
 #include "bulk_cache.h"

@@ -136,12 +136,15 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 					 NULL);
 }
 
-void zcrpc_server_opts_init(zcrpc_server_opts *o)
+void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
 {
+	zcrpc_server_opts d, *o = &d;
+
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->window = ZCRPC_RPC_DEFAULT_WINDOW;
 	o->bulk_threshold = 16384;
+	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
 zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
@@ -156,19 +159,21 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_server_opts_init(&s->o);
 	if (o) {
-		if (o->size < sizeof(*o) || o->window < ZCRPC_MIN_QUEUE_DEPTH ||
-		    o->window > ZCRPC_MAX_QUEUE_DEPTH ||
-		    (!o->psk && o->psk_len) ||
-		    (o->psk && (o->psk_len < ZCRPC_PSK_MIN ||
-				o->psk_len > ZCRPC_PSK_MAX)) ||
-		    o->handshake_timeout_ms < 0 ||
-		    o->bulk_write_timeout_ms < 0 || o->idle_release_ms < 0) {
+		const zcrpc_server_opts *n = &s->o; /* the caller's, by the rule */
+
+		if (ZCRPC__ABI_IN(&s->o, o, ZCRPC__MIN_SERVER_OPTS) != ZCRPC_OK ||
+		    n->window < ZCRPC_MIN_QUEUE_DEPTH ||
+		    n->window > ZCRPC_MAX_QUEUE_DEPTH ||
+		    (!n->psk && n->psk_len) ||
+		    (n->psk && (n->psk_len < ZCRPC_PSK_MIN ||
+				n->psk_len > ZCRPC_PSK_MAX)) ||
+		    n->handshake_timeout_ms < 0 ||
+		    n->bulk_write_timeout_ms < 0 || n->idle_release_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
-		s->o = *o;
-		if (o->psk) { /* our own copy */
-			memcpy(s->psk, o->psk, o->psk_len);
+		if (n->psk) { /* our own copy */
+			memcpy(s->psk, n->psk, n->psk_len);
 			s->o.psk = s->psk;
 		}
 	}
@@ -338,10 +343,11 @@ void zcrpc_server_destroy(zcrpc_server *s)
 	free(s);
 }
 
-void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
+void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *dst,
+			    size_t dst_size)
 {
-	if (!out)
-		return;
+	zcrpc_server_stats all, *out = &all;
+
 	memset(out, 0, sizeof(*out));
 	if (s) {
 		struct zcrpc__bulk_stats b;
@@ -353,4 +359,5 @@ void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *out)
 		out->bulk_released = b.released;
 		out->pool_pinned = zcrpc__worker_pool_pinned(s->w);
 	}
+	ZCRPC__ABI_OUT(dst, dst_size, out);
 }

@@ -53,7 +53,7 @@ static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 		zcrpc__scall_free(s, c);
 		return;
 	}
-	memset(r, 0, sizeof(*r));
+	zcrpc__abi_sized_init(r, sizeof(*r), sizeof(*r));
 	r->method_id = c->f.method_id;
 	if (c->f.flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) {
 		r->data = c->req_bulk->ptr;

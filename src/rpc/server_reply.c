@@ -174,7 +174,9 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 
 	if (!c || c->state != SS_RUNNING)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (o && o->size < sizeof(*o))
+	memset(&ro, 0, sizeof(ro));
+	ro.size = sizeof(ro);
+	if (o && ZCRPC__ABI_IN(&ro, o, ZCRPC__MIN_REPLY_OPTS) != ZCRPC_OK)
 		return reply_invalid(c);
 	s = c->s;
 	sc = c->sc;
@@ -185,10 +187,6 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 		if (!message || !*message)
 			message = "invalid status code from the handler";
 	}
-	memset(&ro, 0, sizeof(ro));
-	ro.size = sizeof(ro);
-	if (o)
-		ro = *o;
 	s->st.running--;
 	c->on_done = ro.on_done;
 	c->done_ctx = ro.ctx;

@@ -14,6 +14,7 @@
 
 #include "../core/le.h"
 #include "hello.h"
+#include "../core/abi.h"
 
 static void on_deadline(struct zcrpc__timer *t, int64_t now);
 
@@ -22,14 +23,25 @@ static void on_deadline(struct zcrpc__timer *t, int64_t now);
 /* How long a teardown lets a CLOSE still in the send queue go out. */
 #define ZCRPC_CLOSE_SEND_WAIT_NS (200LL * 1000000LL)
 
-void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
-			  const zcrpc_conn_handlers *src)
+void zcrpc_conn_handlers_init_sized(zcrpc_conn_handlers *caller, size_t size)
 {
-	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
+	zcrpc_conn_handlers d, *h = &d;
 
-	memset(dst, 0, sizeof(*dst));
-	memcpy(dst, src, n); /* an older, smaller struct: newer fields NULL */
-	dst->size = sizeof(*dst);
+	memset(h, 0, sizeof(*h));
+	h->size = sizeof(*h);
+	zcrpc__abi_init(caller, size, h, sizeof(*h));
+}
+
+zcrpc_status zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
+				  const zcrpc_conn_handlers *src)
+{
+	zcrpc_conn_handlers h;
+
+	zcrpc_conn_handlers_init(&h); /* an older, smaller struct: newer NULL */
+	if (ZCRPC__ABI_IN(&h, src, ZCRPC__MIN_CONN_HANDLERS) != ZCRPC_OK)
+		return ZCRPC_INVALID_ARGUMENT;
+	*dst = h;
+	return ZCRPC_OK;
 }
 
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
@@ -41,7 +53,8 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 	c->base.ops = &zcrpc__rdma_conn_ops;
 	c->w = w;
 	if (h)
-		zcrpc__copy_handlers(&c->h, h);
+		(void)zcrpc__copy_handlers(&c->h,
+					   h); /* checked by the caller */
 	c->state = ZCRPC_CONN_CONNECTING;
 	c->status = ZCRPC_OK;
 	c->deadline.fn = on_deadline;
@@ -652,10 +665,9 @@ void zcrpc__conn_free(zcrpc_conn *c)
 zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *c,
 				     const zcrpc_conn_handlers *h)
 {
-	if (!c || !h || h->size < offsetof(zcrpc_conn_handlers, on_write_done))
+	if (!c || !h)
 		return ZCRPC_INVALID_ARGUMENT;
-	zcrpc__copy_handlers(&c->h, h);
-	return ZCRPC_OK;
+	return zcrpc__copy_handlers(&c->h, h);
 }
 
 zcrpc_conn_state zcrpc_conn_state_get(const zcrpc_conn *c)
@@ -673,8 +685,9 @@ const char *zcrpc_conn_error(const zcrpc_conn *c)
 	return c ? c->detail : "";
 }
 
-void zcrpc_conn_get_stats(const zcrpc_conn *c, zcrpc_conn_stats *out)
+void zcrpc_conn_get_stats(const zcrpc_conn *c, zcrpc_conn_stats *out,
+			  size_t out_size)
 {
-	if (c && out)
-		*out = c->stats;
+	if (c)
+		ZCRPC__ABI_OUT(out, out_size, &c->stats);
 }

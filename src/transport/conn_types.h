@@ -201,6 +201,7 @@ struct zcrpc_listener {
 	int failed; /* its device went away: id released, accepts nothing */
 	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
 	uint32_t handshakes; /* accepted connections not yet handed over */
+	zcrpc_conn_handlers conn_handlers; /* opts.conn_handlers points here */
 };
 
 #define zcrpc__conn_of(l)     zcrpc__container_of(l, zcrpc_conn, link)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "hello.h"
+#include "../core/abi.h"
 
 static void *job_main(void *arg)
 {
@@ -166,11 +167,14 @@ void zcrpc__jobs_join_all(zcrpc_worker *w)
 	w->done_jobs = NULL;
 }
 
-void zcrpc_connect_opts_init(zcrpc_connect_opts *opts)
+void zcrpc_connect_opts_init_sized(zcrpc_connect_opts *caller, size_t size)
 {
+	zcrpc_connect_opts d, *opts = &d;
+
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
 	opts->timeout_ms = 10000;
+	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
 zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
@@ -179,20 +183,20 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 			   zcrpc_conn **out)
 {
 	zcrpc_connect_opts o;
+	zcrpc_conn_handlers h;
 	struct zcrpc__job *job;
 	zcrpc_conn *c;
 	zcrpc_status st;
 
 	if (!w || !host || !port || !handlers || !out ||
-	    handlers->size < offsetof(zcrpc_conn_handlers, on_write_done))
+	    zcrpc__copy_handlers(&h, handlers) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
 	zcrpc_connect_opts_init(&o);
 	if (opts) {
-		if (opts->size < offsetof(zcrpc_connect_opts, recv_depth) ||
-		    opts->timeout_ms <= 0)
+		if (ZCRPC__ABI_IN(&o, opts, ZCRPC__MIN_CONNECT_OPTS) !=
+			    ZCRPC_OK ||
+		    o.timeout_ms <= 0)
 			return ZCRPC_INVALID_ARGUMENT;
-		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
-		o.size = sizeof(o);
 		if ((o.recv_depth && (o.recv_depth < ZCRPC_MIN_QUEUE_DEPTH ||
 				      o.recv_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
 		    o.send_depth > ZCRPC_MAX_QUEUE_DEPTH)
@@ -206,7 +210,7 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	job->src_addr = o.src_addr ? strdup(o.src_addr) : NULL;
 	if (!job->host || !job->port || (o.src_addr && !job->src_addr))
 		goto err_job;
-	c = zcrpc__conn_alloc(w, handlers);
+	c = zcrpc__conn_alloc(w, &h);
 	if (!c)
 		goto err_job;
 	st = zcrpc__auth_client_init(c, o.psk, o.psk_len, o.identity);

@@ -114,8 +114,10 @@ extern const struct zcrpc__conn_ops zcrpc__rdma_conn_ops;
 zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h);
 zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c);
 void zcrpc__conn_release_queues(zcrpc_conn *c);
-void zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
-			  const zcrpc_conn_handlers *src);
+/* Copies the caller's handlers under the ABI rule (core/abi.h); on
+ * INVALID_ARGUMENT (a size no release had) @dst is untouched. */
+zcrpc_status zcrpc__copy_handlers(zcrpc_conn_handlers *dst,
+				  const zcrpc_conn_handlers *src);
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id);
 void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 			    uint8_t *pd_buf, size_t pd_cap, int kind);

@@ -16,18 +16,21 @@
 #include <sys/epoll.h>
 
 #include "hello.h"
+#include "../core/abi.h"
 
 #define ZCRPC_HANDSHAKE_TIMEOUT_MS 10000
 #define ZCRPC_MAX_HANDSHAKES 128
 
-void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
+void zcrpc_listen_opts_init_sized(zcrpc_listen_opts *caller, size_t size)
 {
+	zcrpc_listen_opts d, *opts = &d;
+
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
 	opts->backlog = 128;
-	opts->conn_handlers.size = sizeof(opts->conn_handlers);
 	opts->max_handshakes = ZCRPC_MAX_HANDSHAKES;
 	opts->handshake_timeout_ms = ZCRPC_HANDSHAKE_TIMEOUT_MS;
+	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
 void zcrpc__listener_release(zcrpc_conn *c)
@@ -106,7 +109,7 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 		reject(id, st);
 		return;
 	}
-	c = zcrpc__conn_alloc(w, &l->opts.conn_handlers);
+	c = zcrpc__conn_alloc(w, l->opts.conn_handlers);
 	if (!c) {
 		reject(id, ZCRPC_RESOURCE_EXHAUSTED);
 		return;
@@ -215,20 +218,23 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 	zcrpc_status st;
 	int rc;
 
-	if (!w || !port || !opts || !out ||
-	    opts->size < offsetof(zcrpc_listen_opts, recv_depth) ||
-	    !opts->on_accept ||
-	    opts->conn_handlers.size <
-		    offsetof(zcrpc_conn_handlers, on_write_done))
+	if (!w || !port || !opts || !out)
 		return ZCRPC_INVALID_ARGUMENT;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	l->w = w;
 	zcrpc_listen_opts_init(&l->opts); /* an older, smaller struct: defaults */
-	memcpy(&l->opts, opts,
-	       opts->size < sizeof(l->opts) ? opts->size : sizeof(l->opts));
-	l->opts.size = sizeof(l->opts);
+	zcrpc_conn_handlers_init(&l->conn_handlers);
+	if (ZCRPC__ABI_IN(&l->opts, opts, ZCRPC__MIN_LISTEN_OPTS) != ZCRPC_OK ||
+	    !l->opts.on_accept ||
+	    (l->opts.conn_handlers &&
+	     zcrpc__copy_handlers(&l->conn_handlers, l->opts.conn_handlers) !=
+		     ZCRPC_OK)) {
+		free(l);
+		return ZCRPC_INVALID_ARGUMENT;
+	}
+	l->opts.conn_handlers = &l->conn_handlers;
 	if (!l->opts.max_handshakes)
 		l->opts.max_handshakes = ZCRPC_MAX_HANDSHAKES;
 	if (!l->opts.handshake_timeout_ms)

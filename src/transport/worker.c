@@ -2,6 +2,7 @@
  * listeners, a timerfd for deadlines and keepalive checks, an eventfd for
  * setup threads and functions posted from other threads. */
 #include "internal.h"
+#include "../core/abi.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -117,8 +118,10 @@ void zcrpc__worker_keepalive_start(zcrpc_worker *w)
 			   zcrpc__now_ns() + keepalive_period_ns(w));
 }
 
-void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
+void zcrpc_worker_opts_init_sized(zcrpc_worker_opts *caller, size_t size)
 {
+	zcrpc_worker_opts d, *opts = &d;
+
 	memset(opts, 0, sizeof(*opts));
 	opts->size = sizeof(*opts);
 	opts->recv_depth = 64;
@@ -130,6 +133,7 @@ void zcrpc_worker_opts_init(zcrpc_worker_opts *opts)
 	opts->pool_max_slots = 65536;
 	opts->context = NULL;
 	opts->keepalive_ms = 1000;
+	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
 static zcrpc_status check_opts(const zcrpc_worker_opts *o)
@@ -180,15 +184,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	if (!w)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_worker_opts_init(&w->opts);
-	if (opts) {
-		if (opts->size < offsetof(zcrpc_worker_opts, pool_max_slots)) {
-			st = ZCRPC_INVALID_ARGUMENT;
-			goto err_free;
-		}
-		/* An older, smaller struct keeps the defaults of newer fields. */
-		memcpy(&w->opts, opts,
-		       opts->size < sizeof(*opts) ? opts->size : sizeof(*opts));
-		w->opts.size = sizeof(w->opts);
+	if (opts &&
+	    ZCRPC__ABI_IN(&w->opts, opts, ZCRPC__MIN_WORKER_OPTS) != ZCRPC_OK) {
+		st = ZCRPC_INVALID_ARGUMENT;
+		goto err_free;
 	}
 	st = check_opts(&w->opts);
 	if (st != ZCRPC_OK)
@@ -339,18 +338,18 @@ void zcrpc__worker_account_gone(zcrpc_worker *w, const zcrpc_conn *c)
 	add_stats(&w->gone, &c->stats);
 }
 
-void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
+void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *dst,
+			    size_t dst_size)
 {
+	zcrpc_worker_stats all, *out = &all;
 	zcrpc_conn_stats t;
 	struct zcrpc__pool_stats ps;
 	const struct zcrpc__list *it;
 	unsigned i;
 
-	if (!out)
-		return;
 	memset(out, 0, sizeof(*out));
 	if (!w)
-		return;
+		goto copy;
 	t = w->gone;
 	zcrpc__list_foreach(it, &w->conns) {
 		add_stats(&t, &zcrpc__conn_of(it)->stats);
@@ -385,6 +384,8 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *out)
 		out->pool_exhausted += ps.cls[i].exhausted;
 	}
 	out->pool_bad_frees = ps.bad_puts;
+copy:
+	ZCRPC__ABI_OUT(dst, dst_size, out);
 }
 
 int zcrpc_worker_fd(const zcrpc_worker *w)

@@ -113,7 +113,7 @@ static int run_idle(const char *addr, const char *port)
 	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
 	    (st = zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK ||
 	    (st = zcrpc_call(ch, zcrpc_method_id(SOAK_ECHO), "idle", 4, NULL,
-			     &res)) != ZCRPC_OK) {
+			     &res, sizeof(res))) != ZCRPC_OK) {
 		fprintf(stderr, "fault peer: idle: %s\n", zcrpc_status_str(st));
 		return 1;
 	}
@@ -207,7 +207,7 @@ static int run_memlock(const char *addr, const char *port)
 	end = ms_now() + 5000;
 	do {
 		zcrpc_worker_progress(w, 10);
-		zcrpc_worker_get_stats(w, &ws);
+		zcrpc_worker_get_stats(w, &ws, sizeof(ws));
 	} while (ws.conns && ms_now() < end);
 	printf("limited: conns %u pool_capacity %u pool_in_use %u\n", ws.conns,
 	       ws.pool_capacity, ws.pool_in_use);
@@ -226,7 +226,8 @@ static int run_memlock(const char *addr, const char *port)
 	zcrpc_mr_deregister(mr);
 	st = zcrpc_channel_create(w, addr, port, NULL, &ch);
 	if (st == ZCRPC_OK) {
-		st = zcrpc_call(ch, zcrpc_method_id(SOAK_ECHO), "after", 5, NULL, &res);
+		st = zcrpc_call(ch, zcrpc_method_id(SOAK_ECHO), "after", 5,
+				NULL, &res, sizeof(res));
 		bad |= check(st == ZCRPC_OK && res.len == 5 &&
 				     memcmp(res.data, "after", 5) == 0,
 			     "raised: a call through the same worker works");
@@ -235,7 +236,7 @@ static int run_memlock(const char *addr, const char *port)
 		bad |= check(0, "raised: channel created");
 	}
 	zcrpc_channel_destroy(ch);
-	zcrpc_worker_get_stats(w, &ws);
+	zcrpc_worker_get_stats(w, &ws, sizeof(ws));
 	bad |= check(ws.pool_capacity > 0, "raised: the pool grew");
 	zcrpc_worker_destroy(w);
 	return bad;

@@ -83,11 +83,14 @@ EchoServer::EchoServer(const std::string &addr, const zcrpc_worker_opts *opts)
 		return;
 	zcrpc_listen_opts lo;
 	zcrpc_listen_opts_init(&lo);
+	zcrpc_conn_handlers lh;
+	zcrpc_conn_handlers_init(&lh);
 	lo.on_accept = OnAccept;
 	lo.arg = this;
-	lo.conn_handlers.on_recv = OnRecv;
-	lo.conn_handlers.on_state = OnState;
-	lo.conn_handlers.arg = this;
+	lh.on_recv = OnRecv;
+	lh.on_state = OnState;
+	lh.arg = this;
+	lo.conn_handlers = &lh;
 	if (zcrpc_listen(w_, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
 		return;
 	port_ = zcrpc_listener_port(l_);

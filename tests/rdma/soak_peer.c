@@ -418,13 +418,13 @@ int soak_client_run(const struct soak_cfg *cfg, struct soak_counts *c)
 		if (cfg->report_every_s && now_ns() >= next_report) {
 			next_report += (int64_t)cfg->report_every_s * 1000000000LL;
 			c->seconds = (double)(now_ns() - t0) / 1e9;
-			zcrpc_channel_get_stats(ch, &cs);
+			zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 			c->late_replies = cs.late_replies;
 			c->reconnects = cs.reconnects;
 			soak_counts_print(c, "progress");
 		}
 	}
-	zcrpc_channel_get_stats(ch, &cs);
+	zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 	c->late_replies = cs.late_replies;
 	c->reconnects = cs.reconnects;
 out:
@@ -435,7 +435,7 @@ out:
 
 		do {
 			zcrpc_worker_progress(w, 1);
-			zcrpc_worker_get_stats(w, &ws);
+			zcrpc_worker_get_stats(w, &ws, sizeof(ws));
 		} while ((ws.conns || ws.pool_in_use) && now_ns() < end);
 		c->pool_in_use = ws.pool_in_use;
 		c->pool_bad_frees = ws.pool_bad_frees;

@@ -89,7 +89,7 @@ public:
 			while (!stop_.load(std::memory_order_relaxed)) {
 				zcrpc_worker_progress(w, 1);
 				zcrpc_worker_stats st;
-				zcrpc_worker_get_stats(w, &st);
+				zcrpc_worker_get_stats(w, &st, sizeof(st));
 				if (st.handshakes > max_handshakes_seen)
 					max_handshakes_seen = st.handshakes;
 			}
@@ -108,7 +108,8 @@ public:
 				  w,
 				  [](zcrpc_worker *wk, void *a) {
 					  auto *sn = static_cast<Snap *>(a);
-					  zcrpc_worker_get_stats(wk, &sn->st);
+					  zcrpc_worker_get_stats(
+						  wk, &sn->st, sizeof(sn->st));
 					  sn->done = true;
 				  },
 				  &snap),
@@ -298,7 +299,7 @@ TEST_F(Admission, GoodKeyConnectsCallsAndGetsTheWholeWindowAfterItsProof)
 	ASSERT_TRUE(Wait([&] { return c.established || c.closed; }, 10000));
 	ASSERT_EQ(c.established, 1) << c.detail;
 	zcrpc_conn_stats cs;
-	zcrpc_conn_get_stats(c.conn, &cs);
+	zcrpc_conn_get_stats(c.conn, &cs, sizeof(cs));
 	EXPECT_EQ(cs.peer_recv_depth, 1040u);
 	EXPECT_TRUE(zcrpc_conn_can_send(c.conn));
 	uint8_t proof[ZCRPC_AUTH_PROOF_LEN];

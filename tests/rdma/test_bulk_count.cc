@@ -77,7 +77,7 @@ public:
 	zcrpc_server_stats Stats() const
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
+		zcrpc_server_get_stats(s, &st, sizeof(st));
 		return st;
 	}
 	size_t Runs()
@@ -233,7 +233,9 @@ void StoreSecret(const std::string &addr, uint16_t port, size_t n)
 	o.attachment = &att;
 	o.timeout_us = static_cast<int64_t>(30e6 * TimeScale());
 	zcrpc_result res{};
-	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kStore), nullptr, 0, &o, &res), ZCRPC_OK)
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kStore), nullptr, 0, &o, &res,
+			     sizeof(res)),
+		  ZCRPC_OK)
 		<< (res.message ? res.message : "");
 	zcrpc_result_free(&res);
 	zcrpc_channel_destroy(ch);
@@ -361,14 +363,17 @@ public:
 			return false;
 		zcrpc_listen_opts lo;
 		zcrpc_listen_opts_init(&lo);
+		zcrpc_conn_handlers lh;
+		zcrpc_conn_handlers_init(&lh);
 		lo.on_accept = [](zcrpc_listener *, zcrpc_conn *, void *) {};
-		lo.conn_handlers.on_recv = OnRecv;
-		lo.conn_handlers.on_state = [](zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status,
-					       void *) {
+		lh.on_recv = OnRecv;
+		lh.on_state = [](zcrpc_conn *c, zcrpc_conn_state st,
+				 zcrpc_status, void *) {
 			if (st == ZCRPC_CONN_CLOSED)
 				zcrpc_conn_destroy(c);
 		};
-		lo.conn_handlers.arg = this;
+		lh.arg = this;
+		lo.conn_handlers = &lh;
 		if (zcrpc_listen(w_, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
 			return false;
 		thread_ = std::thread([this] {
@@ -442,7 +447,8 @@ TEST_F(BulkByteCount, AClientNeverReadsReplyBytesTheServerDidNotWrite)
 		zcrpc_call_opts_init(&o);
 		o.timeout_us = static_cast<int64_t>(20e6 * TimeScale());
 		zcrpc_result res{};
-		zcrpc_status st = zcrpc_call(ch, zcrpc_method_id(kStore), "x", 1, &o, &res);
+		zcrpc_status st = zcrpc_call(ch, zcrpc_method_id(kStore), "x",
+					     1, &o, &res, sizeof(res));
 		auto *p = static_cast<const uint8_t *>(res.attachment);
 		att->assign(p, p + res.attachment_len);
 		zcrpc_result_free(&res);
@@ -454,7 +460,7 @@ TEST_F(BulkByteCount, AClientNeverReadsReplyBytesTheServerDidNotWrite)
 	ASSERT_EQ(call(&att), ZCRPC_OK);
 	ASSERT_EQ(att, std::vector<uint8_t>(2048, 'S'));
 	zcrpc_channel_stats st0;
-	zcrpc_channel_get_stats(ch, &st0);
+	zcrpc_channel_get_stats(ch, &st0, sizeof(st0));
 
 	// 0 and 1,000 of 2,048 bytes; then a split part of 10,000 whose last
 	// write has 100 bytes instead of 1,808.
@@ -468,7 +474,7 @@ TEST_F(BulkByteCount, AClientNeverReadsReplyBytesTheServerDidNotWrite)
 		EXPECT_EQ(std::count(att.begin(), att.end(), 'S'), 0);
 	}
 	zcrpc_channel_stats st1;
-	zcrpc_channel_get_stats(ch, &st1);
+	zcrpc_channel_get_stats(ch, &st1, sizeof(st1));
 	EXPECT_EQ(st1.bulk_bad_writes - st0.bulk_bad_writes, 3u);
 
 	// The split part's last piece only, with the right count: OK, and the

@@ -130,7 +130,7 @@ TEST_F(BulkMem, EmptyPoolDelaysGrantsAndErrorRepliesButNeverDropsThem)
 	}
 	ASSERT_GT(hoard.size(), 0u);
 	zcrpc_worker_stats ws;
-	zcrpc_worker_get_stats(sw, &ws);
+	zcrpc_worker_get_stats(sw, &ws, sizeof(ws));
 	ASSERT_EQ(ws.pool_in_use, ws.pool_capacity) << "the pool is not empty";
 
 	// A bulk request (needs a BULK_GRANT) and an unknown method (needs an
@@ -144,13 +144,13 @@ TEST_F(BulkMem, EmptyPoolDelaysGrantsAndErrorRepliesButNeverDropsThem)
 		  ZCRPC_OK);
 	zcrpc_server_stats ss;
 	auto arrived = [&] {
-		zcrpc_server_get_stats(s, &ss);
+		zcrpc_server_get_stats(s, &ss, sizeof(ss));
 		return ss.calls >= 3;
 	};
 	ASSERT_TRUE(Drive2(sw, cw, arrived, Scaled(10000))) << "the requests did not arrive";
 	Drive2(sw, cw, [] { return false; }, Scaled(300));
 	EXPECT_EQ(bulk.calls + unknown.calls, 0) << "answered without a slot?";
-	zcrpc_server_get_stats(s, &ss);
+	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	std::printf("pool empty: %zu slots hoarded, %llu frames deferred, calls answered %d\n",
 		    hoard.size(), (unsigned long long)ss.frames_deferred,
 		    bulk.calls + unknown.calls);
@@ -169,7 +169,7 @@ TEST_F(BulkMem, EmptyPoolDelaysGrantsAndErrorRepliesButNeverDropsThem)
 	EXPECT_TRUE(bulk.data == big) << "echoed bytes differ";
 	EXPECT_EQ(unknown.calls, 1);
 	EXPECT_EQ(unknown.status, ZCRPC_UNIMPLEMENTED) << unknown.message;
-	zcrpc_server_get_stats(s, &ss);
+	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	EXPECT_GE(ss.frames_deferred, 2u);
 	EXPECT_EQ(ss.running, 0u);
 
@@ -223,7 +223,9 @@ public:
 	zcrpc_server_stats Stats()
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st); // plain counters; racy reads are fine here
+		zcrpc_server_get_stats(
+			s, &st,
+			sizeof(st)); // plain counters; racy reads are fine here
 		return st;
 	}
 	// Runs @fn on the server's worker thread and waits for it.
@@ -549,7 +551,7 @@ TEST_F(BulkMem, MemoryTakenAtAPeakIsGivenBackWhenItStaysFree)
 		uint32_t cap = 0;
 		server.OnWorker([&](zcrpc_worker *w) {
 			zcrpc_worker_stats ws;
-			zcrpc_worker_get_stats(w, &ws);
+			zcrpc_worker_get_stats(w, &ws, sizeof(ws));
 			cap = ws.pool_capacity;
 		});
 		return cap;

@@ -199,7 +199,8 @@ TEST_F(BusyPoll, ConnectsAndPeerDeathAreSeenWhileEveryTurnIsBusy)
 	std::string err2;
 	for (int i = 0; i < 20 && steady_clock::now() - t0 < ScaledMs(10000); i++) {
 		zcrpc_result r;
-		zcrpc_status st = zcrpc_call(ch2, zcrpc_method_id(SOAK_ECHO), "second", 6, &o, &r);
+		zcrpc_status st = zcrpc_call(ch2, zcrpc_method_id(SOAK_ECHO),
+					     "second", 6, &o, &r, sizeof(r));
 		if (st == ZCRPC_OK && r.len == 6 && std::memcmp(r.data, "second", 6) == 0)
 			ok2++;
 		else if (err2.empty())
@@ -237,7 +238,9 @@ TEST_F(BusyPoll, ConnectsAndPeerDeathAreSeenWhileEveryTurnIsBusy)
 	uint64_t load3 = load.ok.load();
 	EXPECT_TRUE(WaitFor([&] { return load.ok.load() > load3 + 100; }, ScaledMs(10000)));
 	zcrpc_result r;
-	EXPECT_EQ(zcrpc_call(ch2, zcrpc_method_id(SOAK_ECHO), "again", 5, &o, &r), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_call(ch2, zcrpc_method_id(SOAK_ECHO), "again", 5, &o,
+			     &r, sizeof(r)),
+		  ZCRPC_OK);
 	zcrpc_result_free(&r);
 	ch2_guard.reset();
 	w2_guard.reset();

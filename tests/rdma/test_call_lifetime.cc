@@ -89,7 +89,7 @@ public:
 	{
 		if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) {
 			zcrpc_server_stats st;
-			zcrpc_server_get_stats(s, &st);
+			zcrpc_server_get_stats(s, &st, sizeof(st));
 			return st;
 		}
 		std::lock_guard<std::mutex> g(stats_mu_);
@@ -100,7 +100,7 @@ private:
 	void Publish()
 	{
 		std::lock_guard<std::mutex> g(stats_mu_);
-		zcrpc_server_get_stats(s, &stats_);
+		zcrpc_server_get_stats(s, &stats_, sizeof(stats_));
 	}
 	std::mutex stats_mu_;
 	zcrpc_server_stats stats_{};

@@ -104,7 +104,7 @@ TEST_F(Connect, AcceptAndThousandPingPongsVerified)
 	ASSERT_EQ(zcrpc_conn_state_get(cl.conn), ZCRPC_CONN_ESTABLISHED);
 
 	zcrpc_conn_stats s;
-	zcrpc_conn_get_stats(cl.conn, &s);
+	zcrpc_conn_get_stats(cl.conn, &s, sizeof(s));
 	EXPECT_EQ(s.peer_recv_depth, 64u);
 	EXPECT_EQ(s.peer_max_msg, 4096u);
 
@@ -114,7 +114,7 @@ TEST_F(Connect, AcceptAndThousandPingPongsVerified)
 		ok += RoundTrip(w, cl, sizes[i % 8], i) ? 1 : 0;
 	EXPECT_EQ(ok, 1000);
 
-	zcrpc_conn_get_stats(cl.conn, &s);
+	zcrpc_conn_get_stats(cl.conn, &s, sizeof(s));
 	EXPECT_EQ(s.msgs_sent, 1000u);
 	EXPECT_EQ(s.msgs_recv, 1000u);
 	EXPECT_EQ(s.credit_stalls, 0u);

@@ -150,7 +150,8 @@ struct Peer {
 			static_cast<Peer *>(a)->conns.push_back(c);
 		};
 		lo.arg = this;
-		lo.conn_handlers = Handlers();
+		zcrpc_conn_handlers lh = Handlers();
+		lo.conn_handlers = &lh;
 		echo = true;
 		return zcrpc_listen(w, addr.c_str(), "0", &lo, &l) == ZCRPC_OK;
 	}
@@ -171,13 +172,13 @@ struct Peer {
 	uint32_t InUse() const
 	{
 		zcrpc_worker_stats s;
-		zcrpc_worker_get_stats(w, &s);
+		zcrpc_worker_get_stats(w, &s, sizeof(s));
 		return s.pool_in_use;
 	}
 	uint64_t AsyncEvents() const
 	{
 		zcrpc_worker_stats s;
-		zcrpc_worker_get_stats(w, &s);
+		zcrpc_worker_get_stats(w, &s, sizeof(s));
 		return s.async_events;
 	}
 };

@@ -74,14 +74,14 @@ zcrpc_status StartCall(zcrpc_channel *ch, const char *method, Call *c, uint64_t 
 zcrpc_worker_stats WStats(zcrpc_worker *w)
 {
 	zcrpc_worker_stats s;
-	zcrpc_worker_get_stats(w, &s);
+	zcrpc_worker_get_stats(w, &s, sizeof(s));
 	return s;
 }
 
 zcrpc_channel_stats CStats(zcrpc_channel *ch)
 {
 	zcrpc_channel_stats s;
-	zcrpc_channel_get_stats(ch, &s);
+	zcrpc_channel_get_stats(ch, &s, sizeof(s));
 	return s;
 }
 
@@ -107,7 +107,8 @@ bool HealthyCall(zcrpc_worker *w, const std::string &addr, uint16_t port)
 	    ZCRPC_OK)
 		return false;
 	zcrpc_result r;
-	bool ok = zcrpc_call(ch, Method(SOAK_ECHO), "alive", 5, nullptr, &r) == ZCRPC_OK &&
+	bool ok = zcrpc_call(ch, Method(SOAK_ECHO), "alive", 5, nullptr, &r,
+			     sizeof(r)) == ZCRPC_OK &&
 		  r.len == 5 && std::memcmp(r.data, "alive", 5) == 0;
 	zcrpc_result_free(&r);
 	zcrpc_channel_destroy(ch);
@@ -189,21 +190,25 @@ struct PausableEcho {
 			return false;
 		zcrpc_listen_opts lo;
 		zcrpc_listen_opts_init(&lo);
+		zcrpc_conn_handlers lh;
+		zcrpc_conn_handlers_init(&lh);
 		lo.arg = this;
 		lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
 			auto *self = static_cast<PausableEcho *>(a);
 			self->conns.push_back(c);
 			self->accepted++;
 		};
-		lo.conn_handlers.size = sizeof(zcrpc_conn_handlers);
-		lo.conn_handlers.arg = this;
-		lo.conn_handlers.on_recv = [](zcrpc_conn *c, const void *d, size_t n, void *) {
+		lh.arg = this;
+		lh.on_recv = [](zcrpc_conn *c, const void *d, size_t n,
+				void *) {
 			zcrpc_conn_send(c, d, n); // best effort echo
 		};
-		lo.conn_handlers.on_state = [](zcrpc_conn *, zcrpc_conn_state s, zcrpc_status, void *a) {
+		lh.on_state = [](zcrpc_conn *, zcrpc_conn_state s, zcrpc_status,
+				 void *a) {
 			if (s == ZCRPC_CONN_CLOSED)
 				static_cast<PausableEcho *>(a)->closed++;
 		};
+		lo.conn_handlers = &lh;
 		if (zcrpc_listen(w, addr.c_str(), "0", &lo, &l) != ZCRPC_OK)
 			return false;
 		t = std::thread([this] {
@@ -284,7 +289,7 @@ TEST_F(Faults, FlowControlOffSurfacesRnrAndClosesOnlyThatConnection)
 		std::this_thread::sleep_for(1ms);
 	ASSERT_EQ(server.accepted.load(), 2);
 	zcrpc_conn_stats cs;
-	zcrpc_conn_get_stats(a.c, &cs);
+	zcrpc_conn_get_stats(a.c, &cs, sizeof(cs));
 	const uint32_t window = cs.peer_recv_depth;
 	// Both devices: which one a connection's QPs land on depends on the
 	// guest's routes, not on this test.
@@ -335,7 +340,7 @@ TEST_F(Faults, FlowControlOffSurfacesRnrAndClosesOnlyThatConnection)
 		<< "sent " << sent << " messages past a receiver without receives";
 	EXPECT_EQ(a.why, ZCRPC_UNAVAILABLE) << a.error;
 	EXPECT_NE(a.error.find("RNR retry counter exceeded"), std::string::npos) << a.error;
-	zcrpc_conn_get_stats(a.c, &cs);
+	zcrpc_conn_get_stats(a.c, &cs, sizeof(cs));
 	EXPECT_GE(cs.rnr_events, 1u);
 	// T10's criterion is the status (RNR_RETRY_EXC_ERR, counted in
 	// rnr_events above). rxe's own RNR counters move in a fresh guest but
@@ -446,7 +451,7 @@ struct Ends {
 zcrpc_server_stats SStats(SoakServer &srv)
 {
 	zcrpc_server_stats st;
-	srv.Run([&] { zcrpc_server_get_stats(srv.s(), &st); });
+	srv.Run([&] { zcrpc_server_get_stats(srv.s(), &st, sizeof(st)); });
 	return st;
 }
 
@@ -843,8 +848,10 @@ void DestroyWithCallsOutstanding(const RxeEnv &env, int iterations)
 		size_t held = 1;
 		while (steady_clock::now() < until) {
 			server.Run([&] {
-				zcrpc_server_get_stats(server.s(), &ss);
-				zcrpc_worker_get_stats(server.w(), &ws);
+				zcrpc_server_get_stats(server.s(), &ss,
+						       sizeof(ss));
+				zcrpc_worker_get_stats(server.w(), &ws,
+						       sizeof(ws));
 				held = soak_server_held(server.ss());
 			});
 			if (ss.connections == 0 && ws.conns == 0 && ws.pool_in_use == 0 && held == 0)

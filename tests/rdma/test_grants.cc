@@ -313,7 +313,7 @@ TEST_F(Grants, T12BadRkeyPastTheEndReadOnlyAndNeverGrantedFailOnlyTheWriter)
 		zcrpc_conn_destroy(wv.c);
 	}
 	zcrpc_worker_stats ts;
-	zcrpc_worker_get_stats(rig.tw, &ts);
+	zcrpc_worker_get_stats(rig.tw, &ts, sizeof(ts));
 	EXPECT_EQ(ts.grants, 5u);
 }
 
@@ -381,7 +381,7 @@ TEST_F(Grants, T14RevokedWindowRefusesLateWritesAndTheReusedBufferIsUnchanged)
 	rig.ExpectWorks(wb, tb, rb, 5000);
 
 	zcrpc_worker_stats ts;
-	zcrpc_worker_get_stats(rig.tw, &ts);
+	zcrpc_worker_get_stats(rig.tw, &ts, sizeof(ts));
 	EXPECT_EQ(ts.grants, 2u);
 	EXPECT_EQ(ts.revokes, 1u);
 }
@@ -447,7 +447,7 @@ struct Srv {
 	zcrpc_server_stats Stats() const
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
+		zcrpc_server_get_stats(s, &st, sizeof(st));
 		return st;
 	}
 };
@@ -629,7 +629,7 @@ TEST_F(Grants, T14LateWritesAfterCompletedOrCancelledCallsFail)
 		uint32_t id = ((1u << 20) | 7u);
 		ASSERT_TRUE(RequestBulk(rc, ws, id, kAck, &g)) << what;
 		zcrpc_worker_stats s0;
-		zcrpc_worker_get_stats(srv.w, &s0);
+		zcrpc_worker_get_stats(srv.w, &s0, sizeof(s0));
 		if (!cancelled) {
 			size_t before = rc.p.got.size();
 			ASSERT_EQ(rc.Write(g, false, true), ZCRPC_OK);
@@ -644,7 +644,7 @@ TEST_F(Grants, T14LateWritesAfterCompletedOrCancelledCallsFail)
 		// The window is revoked once the call is over.
 		ASSERT_TRUE(Drive(ws, [&] {
 			zcrpc_worker_stats s;
-			zcrpc_worker_get_stats(srv.w, &s);
+			zcrpc_worker_get_stats(srv.w, &s, sizeof(s));
 			return s.revokes > s0.revokes;
 		}, Scaled(10000))) << what;
 		// The next call of that size gets the same buffer; it is held.
@@ -679,7 +679,7 @@ TEST_F(Grants, T14LateWritesAfterCompletedOrCancelledCallsFail)
 		EXPECT_EQ(res.status, ZCRPC_OK);
 	}
 	zcrpc_channel_stats cs;
-	zcrpc_channel_get_stats(ch, &cs);
+	zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 	EXPECT_EQ(cs.reconnects, 0u);
 	EXPECT_EQ(srv.Stats().cancelled, 1u);
 	zcrpc_channel_destroy(ch);
@@ -748,7 +748,7 @@ TEST_F(Grants, ThousandRandomCancelsAndTimeoutsRacingBulkRepliesKeepTheConnectio
 	// Late callbacks would show up now; zombies end with their writes.
 	ASSERT_TRUE(Drive(ws, [&] {
 		zcrpc_channel_stats cs;
-		zcrpc_channel_get_stats(ch, &cs);
+		zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 		return cs.in_flight == 0;
 	}, Scaled(30000)));
 	Drive(ws, [] { return false; }, 200ms);
@@ -770,9 +770,9 @@ TEST_F(Grants, ThousandRandomCancelsAndTimeoutsRacingBulkRepliesKeepTheConnectio
 		}
 	}
 	zcrpc_channel_stats cs;
-	zcrpc_channel_get_stats(ch, &cs);
+	zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 	zcrpc_worker_stats cws;
-	zcrpc_worker_get_stats(cw, &cws);
+	zcrpc_worker_get_stats(cw, &cws, sizeof(cws));
 	std::printf("ok %d cancelled %d expired %d other %d; client grants %llu revokes %llu\n", ok,
 		    cancelled, expired, other, static_cast<unsigned long long>(cws.grants),
 		    static_cast<unsigned long long>(cws.revokes));
@@ -824,7 +824,7 @@ TEST_F(Grants, ThreeHundredGrantWriteRevokeCyclesReuseQuarantinedWindows)
 	EXPECT_EQ(rig.Diff(), 0u);
 	EXPECT_EQ(ta->closed, 0) << ta->error;
 	zcrpc_worker_stats ts;
-	zcrpc_worker_get_stats(rig.tw, &ts);
+	zcrpc_worker_get_stats(rig.tw, &ts, sizeof(ts));
 	EXPECT_EQ(ts.grants, 300u);
 	EXPECT_EQ(ts.revokes, 300u);
 }
@@ -927,7 +927,7 @@ TEST_F(Grants, T14ReplyIntoIsHandedBackOnlyAfterRevocationWhenTheCallTimesOut)
 	EXPECT_EQ(sp->writes[0], ZCRPC_OK) << "the honest late write";
 	EXPECT_EQ(std::memcmp(mem.get() + kBuf, ssrc.get(), kBuf), 0);
 	zcrpc_worker_stats cs;
-	zcrpc_worker_get_stats(cw, &cs);
+	zcrpc_worker_get_stats(cw, &cs, sizeof(cs));
 	EXPECT_EQ(cs.grants, 1u);
 	EXPECT_EQ(cs.revokes, 1u);
 	EXPECT_EQ(cs.conns, 1u) << "the honest server's connection survived";

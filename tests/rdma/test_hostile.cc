@@ -93,7 +93,7 @@ public:
 	zcrpc_server_stats Stats() const
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
+		zcrpc_server_get_stats(s, &st, sizeof(st));
 		return st;
 	}
 	// The worker's counters, read on the worker's own thread.
@@ -104,13 +104,15 @@ public:
 			std::atomic<bool> done{false};
 		} p;
 		if (!thread_.joinable()) {
-			zcrpc_worker_get_stats(w, &p.st);
+			zcrpc_worker_get_stats(w, &p.st, sizeof(p.st));
 			return p.st;
 		}
 		EXPECT_EQ(zcrpc_worker_post(w,
 					    [](zcrpc_worker *wk, void *a) {
 						    auto *pp = static_cast<P *>(a);
-						    zcrpc_worker_get_stats(wk, &pp->st);
+						    zcrpc_worker_get_stats(
+							    wk, &pp->st,
+							    sizeof(pp->st));
 						    pp->done = true;
 					    },
 					    &p),
@@ -224,7 +226,7 @@ private:
 			for (size_t n : sizes)
 				if (!stop_.load())
 					Call(w, ch, n, seq++);
-		zcrpc_channel_get_stats(ch, &stats);
+		zcrpc_channel_get_stats(ch, &stats, sizeof(stats));
 		zcrpc_channel_destroy(ch);
 		zcrpc_worker_destroy(w);
 	}
@@ -405,7 +407,7 @@ TEST_F(Hostile, GarbageFromOneClientNeverReachesAWellBehavedOne)
 				}
 			}
 			zcrpc_conn_stats cs;
-			zcrpc_conn_get_stats(cur->c, &cs);
+			zcrpc_conn_get_stats(cur->c, &cs, sizeof(cs));
 			const size_t max_msg = cs.peer_max_msg;
 			unsigned kind = static_cast<unsigned>((attacks + 5 * id) % 12); // every kind in turn
 			by_kind[kind]++;
@@ -651,11 +653,11 @@ TEST_F(Hostile, GarbageFromOneClientNeverReachesAWellBehavedOne)
 	server.Stop(); // this thread owns the server's worker from here on
 	Drive(server.w, [&] {
 		zcrpc_worker_stats ws;
-		zcrpc_worker_get_stats(server.w, &ws);
+		zcrpc_worker_get_stats(server.w, &ws, sizeof(ws));
 		return ws.conns == 0;
 	}, Scaled(10000));
 	zcrpc_worker_stats end;
-	zcrpc_worker_get_stats(server.w, &end);
+	zcrpc_worker_get_stats(server.w, &end, sizeof(end));
 	s1 = server.Stats();
 	EXPECT_EQ(s1.running, 0u);
 	EXPECT_EQ(s1.queued, 0u);

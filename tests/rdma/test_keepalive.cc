@@ -86,7 +86,8 @@ struct Side {
 			sd->conn = c;
 		};
 		lo.arg = this;
-		lo.conn_handlers = Handlers();
+		zcrpc_conn_handlers lh = Handlers();
+		lo.conn_handlers = &lh;
 		return zcrpc_listen(w, addr.c_str(), "0", &lo, &l) == ZCRPC_OK;
 	}
 	uint16_t Port() const { return zcrpc_listener_port(l); }
@@ -102,13 +103,13 @@ struct Side {
 	zcrpc_conn_stats ConnStats() const
 	{
 		zcrpc_conn_stats s{};
-		zcrpc_conn_get_stats(conn, &s);
+		zcrpc_conn_get_stats(conn, &s, sizeof(s));
 		return s;
 	}
 	zcrpc_worker_stats WorkerStats() const
 	{
 		zcrpc_worker_stats s;
-		zcrpc_worker_get_stats(w, &s);
+		zcrpc_worker_get_stats(w, &s, sizeof(s));
 		return s;
 	}
 };

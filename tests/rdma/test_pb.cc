@@ -92,7 +92,7 @@ public:
 	zcrpc_server_stats Stats()
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
+		zcrpc_server_get_stats(s, &st, sizeof(st));
 		return st;
 	}
 
@@ -421,7 +421,7 @@ TEST_F(Pb, EveryFieldTypeRoundTripsExactlyThroughPlainStubs)
 	ASSERT_EQ(g.status, ZCRPC_OK) << g.message;
 	EXPECT_TRUE(g.packed == Pack(one)) << "a oneof member set to zero is kept";
 	zcrpc_channel_stats st;
-	zcrpc_channel_get_stats(cl.ch, &st);
+	zcrpc_channel_get_stats(cl.ch, &st, sizeof(st));
 	EXPECT_EQ(st.copied_bytes, 0u) << "requests were packed straight into registered memory";
 }
 
@@ -524,7 +524,7 @@ TEST_F(Pb, PayloadThatDoesNotUnpackIsInternalAndTheConnectionStays)
 	ASSERT_EQ(g.status, ZCRPC_OK) << g.message;
 	EXPECT_TRUE(g.packed == Pack(m));
 	zcrpc_channel_stats st;
-	zcrpc_channel_get_stats(cl.ch, &st);
+	zcrpc_channel_get_stats(cl.ch, &st, sizeof(st));
 	EXPECT_EQ(st.reconnects, 0u) << "the connection stayed up";
 	EXPECT_EQ(server.Stats().protocol_errors, 0u);
 	EXPECT_EQ(server.Stats().connections, 1u);

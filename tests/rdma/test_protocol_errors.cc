@@ -88,7 +88,7 @@ TEST_F(ProtocolErrors, TheServerCountsAMalformedFrameAndNamesItsReason)
 	ASSERT_EQ(zcrpc_conn_send(raw, bad.data(), bad.size()), ZCRPC_OK);
 	EXPECT_TRUE(ProgressUntil(w, [&] { return gone.n > 0; }, Scaled(10000)));
 	zcrpc_server_stats ss;
-	zcrpc_server_get_stats(s, &ss);
+	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	std::printf("server: protocol_errors %llu, on_disconnect %s \"%s\"\n",
 		    static_cast<unsigned long long>(ss.protocol_errors), zcrpc_status_str(gone.why),
 		    gone.text.c_str());
@@ -109,17 +109,19 @@ TEST_F(ProtocolErrors, TheClientCountsAMalformedReplyAndItsCallsCarryTheReason)
 	// A raw transport server that answers every message with a bad frame.
 	zcrpc_listen_opts lo;
 	zcrpc_listen_opts_init(&lo);
+	zcrpc_conn_handlers lh;
+	zcrpc_conn_handlers_init(&lh);
 	std::vector<zcrpc_conn *> accepted;
 	lo.arg = &accepted;
 	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
 		static_cast<std::vector<zcrpc_conn *> *>(a)->push_back(c);
 	};
-	lo.conn_handlers.size = sizeof(zcrpc_conn_handlers);
-	lo.conn_handlers.on_recv = [](zcrpc_conn *c, const void *, size_t, void *) {
+	lh.on_recv = [](zcrpc_conn *c, const void *, size_t, void *) {
 		auto bad = BadMagicFrame(ZCRPC_FRAME_REPLY);
 		zcrpc_conn_send(c, bad.data(), bad.size());
 	};
 	zcrpc_listener *l = nullptr;
+	lo.conn_handlers = &lh;
 	ASSERT_EQ(zcrpc_listen(w, env_.addr0.c_str(), "0", &lo, &l), ZCRPC_OK);
 
 	zcrpc_channel *ch = nullptr;
@@ -143,7 +145,7 @@ TEST_F(ProtocolErrors, TheClientCountsAMalformedReplyAndItsCallsCarryTheReason)
 		  ZCRPC_OK);
 	EXPECT_TRUE(ProgressUntil(w, [&] { return res.n > 0; }, Scaled(10000)));
 	zcrpc_channel_stats cs;
-	zcrpc_channel_get_stats(ch, &cs);
+	zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 	std::printf("client: protocol_errors %llu, call %s \"%s\"\n",
 		    static_cast<unsigned long long>(cs.protocol_errors), zcrpc_status_str(res.st),
 		    res.msg.c_str());

@@ -94,7 +94,7 @@ public:
 	zcrpc_server_stats Stats()
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
+		zcrpc_server_get_stats(s, &st, sizeof(st));
 		return st;
 	}
 
@@ -166,7 +166,7 @@ struct Client {
 	zcrpc_channel_stats Stats()
 	{
 		zcrpc_channel_stats s;
-		zcrpc_channel_get_stats(ch, &s);
+		zcrpc_channel_get_stats(ch, &s, sizeof(s));
 		return s;
 	}
 };
@@ -234,7 +234,7 @@ TEST_F(Rpc, EchoOfEverySizeIsExactAndBulkIsZeroCopy)
 	o.reply_into = &into;
 	uint64_t copied0 = cl.Stats().copied_bytes;
 	zcrpc_worker_stats ws0;
-	zcrpc_worker_get_stats(cl.w, &ws0);
+	zcrpc_worker_get_stats(cl.w, &ws0, sizeof(ws0));
 	Result res;
 	ASSERT_EQ(zcrpc_call_async(cl.ch, echo, "hdr", 3, &o, Collect, &res, nullptr), ZCRPC_OK);
 	ASSERT_TRUE(cl.Wait([&] { return res.calls > 0; }, 120000));
@@ -243,7 +243,7 @@ TEST_F(Rpc, EchoOfEverySizeIsExactAndBulkIsZeroCopy)
 	EXPECT_EQ(std::memcmp(dst.get(), src.get(), big), 0) << "64 MiB echo differs";
 	EXPECT_EQ(cl.Stats().copied_bytes - copied0, 3u) << "only the 3-byte payload was copied";
 	zcrpc_worker_stats ws1;
-	zcrpc_worker_get_stats(cl.w, &ws1);
+	zcrpc_worker_get_stats(cl.w, &ws1, sizeof(ws1));
 	EXPECT_EQ(ws1.copied_bytes, ws0.copied_bytes) << "the transport copied bytes";
 	EXPECT_EQ(ws1.write_bytes - ws0.write_bytes, big);
 	zcrpc_channel_destroy(cl.ch);
@@ -525,7 +525,9 @@ TEST_F(Rpc, SyncCallsAndSyncCallFromAHandlerIsRefused)
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl(env_.addr0, server.port());
 	zcrpc_result r;
-	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "sync", 4, nullptr, &r), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "sync", 4, nullptr,
+			     &r, sizeof(r)),
+		  ZCRPC_OK);
 	EXPECT_EQ(std::string(static_cast<char *>(r.data), r.len), "sync");
 	zcrpc_result_free(&r);
 	// From inside a callback of the same worker: FAILED_PRECONDITION.
@@ -537,8 +539,10 @@ TEST_F(Rpc, SyncCallsAndSyncCallFromAHandlerIsRefused)
 				   [](zcrpc_channel *ch, const zcrpc_reply *, void *a) {
 					   auto *c = static_cast<Ctx *>(a);
 					   zcrpc_result rr;
-					   c->inner = zcrpc_call(ch, zcrpc_method_id(kEcho), "b", 1,
-								 nullptr, &rr);
+					   c->inner = zcrpc_call(
+						   ch, zcrpc_method_id(kEcho),
+						   "b", 1, nullptr, &rr,
+						   sizeof(rr));
 					   zcrpc_result_free(&rr);
 					   c->done = 1;
 				   },
@@ -554,11 +558,14 @@ TEST_F(Rpc, UnknownMethodIsUnimplementedAndTheConnectionStays)
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl(env_.addr0, server.port());
 	zcrpc_result r;
-	EXPECT_EQ(zcrpc_call(cl.ch, zcrpc_method_id("/nope.Svc/Missing"), "x", 1, nullptr, &r),
+	EXPECT_EQ(zcrpc_call(cl.ch, zcrpc_method_id("/nope.Svc/Missing"), "x",
+			     1, nullptr, &r, sizeof(r)),
 		  ZCRPC_UNIMPLEMENTED);
 	EXPECT_NE(std::string(r.message).find("unknown method"), std::string::npos) << r.message;
 	zcrpc_result_free(&r);
-	EXPECT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "ok", 2, nullptr, &r), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "ok", 2, nullptr,
+			     &r, sizeof(r)),
+		  ZCRPC_OK);
 	zcrpc_result_free(&r);
 	EXPECT_EQ(cl.Stats().reconnects, 0u);
 	EXPECT_EQ(server.Stats().unimplemented, 1u);
@@ -570,7 +577,9 @@ TEST_F(Rpc, MalformedFramesCloseOnlyThatConnection)
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client good(env_.addr0, server.port());
 	zcrpc_result r;
-	ASSERT_EQ(zcrpc_call(good.ch, zcrpc_method_id(kEcho), "1", 1, nullptr, &r), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_call(good.ch, zcrpc_method_id(kEcho), "1", 1, nullptr,
+			     &r, sizeof(r)),
+		  ZCRPC_OK);
 	zcrpc_result_free(&r);
 
 	auto frame = [](uint8_t type) {
@@ -630,7 +639,9 @@ TEST_F(Rpc, MalformedFramesCloseOnlyThatConnection)
 		zcrpc_conn_destroy(c);
 		zcrpc_worker_destroy(w);
 		// The well-behaved client is still served.
-		ASSERT_EQ(zcrpc_call(good.ch, zcrpc_method_id(kEcho), "2", 1, nullptr, &r), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_call(good.ch, zcrpc_method_id(kEcho), "2", 1,
+				     nullptr, &r, sizeof(r)),
+			  ZCRPC_OK);
 		zcrpc_result_free(&r);
 	}
 	EXPECT_EQ(static_cast<int64_t>(server.Stats().protocol_errors) - errs0,
@@ -728,8 +739,9 @@ TEST_F(Rpc, ServerKilledMidCallThenRestartedServerIsReachedAgain)
 	bool up = false;
 	for (int i = 0; i < 100 && !up; i++) {
 		zcrpc_result r;
-		up = zcrpc_call(cl.ch, zcrpc_method_id("/zcrpc.example.Echo/Echo"), "p", 1, nullptr,
-				&r) == ZCRPC_OK;
+		up = zcrpc_call(cl.ch,
+				zcrpc_method_id("/zcrpc.example.Echo/Echo"),
+				"p", 1, nullptr, &r, sizeof(r)) == ZCRPC_OK;
 		zcrpc_result_free(&r);
 		if (!up)
 			std::this_thread::sleep_for(100ms);
@@ -764,8 +776,9 @@ TEST_F(Rpc, ServerKilledMidCallThenRestartedServerIsReachedAgain)
 	up = false;
 	for (int i = 0; i < 100 && !up; i++) {
 		zcrpc_result r;
-		up = zcrpc_call(cl.ch, zcrpc_method_id("/zcrpc.example.Echo/Echo"), "again", 5,
-				nullptr, &r) == ZCRPC_OK;
+		up = zcrpc_call(cl.ch,
+				zcrpc_method_id("/zcrpc.example.Echo/Echo"),
+				"again", 5, nullptr, &r, sizeof(r)) == ZCRPC_OK;
 		if (up)
 			EXPECT_EQ(std::string(static_cast<char *>(r.data), r.len), "again");
 		zcrpc_result_free(&r);
@@ -785,7 +798,9 @@ TEST_F(Rpc, LateReplyToACancelledCallIsDroppedAndCounted)
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl(env_.addr0, server.port());
 	zcrpc_result r;
-	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r,
+			     sizeof(r)),
+		  ZCRPC_OK);
 	zcrpc_result_free(&r);
 	Result res;
 	zcrpc_call_id id = 0;
@@ -818,7 +833,9 @@ TEST_F(Rpc, CallsBeyondCreditsWaitInABoundedQueueThenFailFast)
 	co.max_pending = 16;
 	Client cl(env_.addr0, server.port(), &co);
 	zcrpc_result r;
-	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r,
+			     sizeof(r)),
+		  ZCRPC_OK);
 	zcrpc_result_free(&r);
 	int64_t rnr0 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
 	server.Pause(); // it reads nothing now: credits stop coming back

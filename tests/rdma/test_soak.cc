@@ -164,7 +164,10 @@ void RunSoak(const RxeEnv &env, uint64_t total_calls)
 		auto until = steady_clock::now() + ScaledMs(20000);
 		zcrpc_server_stats ss{};
 		for (;;) {
-			server.Run([&] { zcrpc_server_get_stats(server.s(), &ss); });
+			server.Run([&] {
+				zcrpc_server_get_stats(server.s(), &ss,
+						       sizeof(ss));
+			});
 			if ((ss.connections == 0 && ss.running == 0 && ss.queued == 0) ||
 			    steady_clock::now() >= until)
 				break;
@@ -176,9 +179,9 @@ void RunSoak(const RxeEnv &env, uint64_t total_calls)
 		do {
 			zcrpc_worker_progress(server.w(), 1);
 			soak_server_tick(server.ss());
-			zcrpc_worker_get_stats(server.w(), &ws);
+			zcrpc_worker_get_stats(server.w(), &ws, sizeof(ws));
 		} while ((ws.conns || ws.pool_in_use) && steady_clock::now() < until);
-		zcrpc_server_get_stats(server.s(), &ss);
+		zcrpc_server_get_stats(server.s(), &ss, sizeof(ss));
 		server_calls = ss.calls;
 		EXPECT_EQ(ss.connections, 0u);
 		EXPECT_EQ(ss.running, 0u);

@@ -113,6 +113,8 @@ public:
 			return false;
 		zcrpc_listen_opts lo;
 		zcrpc_listen_opts_init(&lo);
+		zcrpc_conn_handlers lh;
+		zcrpc_conn_handlers_init(&lh);
 		lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
 			auto *s = static_cast<Server *>(a);
 			s->accepted++;
@@ -120,8 +122,8 @@ public:
 				s->on_accept(c);
 		};
 		lo.arg = this;
-		lo.conn_handlers.on_state = [](zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status s,
-					       void *a) {
+		lh.on_state = [](zcrpc_conn *c, zcrpc_conn_state st,
+				 zcrpc_status s, void *a) {
 			if (st != ZCRPC_CONN_CLOSED)
 				return;
 			auto *sv = static_cast<Server *>(a);
@@ -129,17 +131,20 @@ public:
 			sv->closed++;
 			zcrpc_conn_destroy(c);
 		};
-		lo.conn_handlers.on_recv = [](zcrpc_conn *c, const void *d, size_t n, void *a) {
+		lh.on_recv = [](zcrpc_conn *c, const void *d, size_t n,
+				void *a) {
 			auto *s = static_cast<Server *>(a);
 			if (s->on_recv)
 				s->on_recv(c, d, n);
 		};
-		lo.conn_handlers.on_write_imm = [](zcrpc_conn *c, uint32_t imm, size_t n, void *a) {
+		lh.on_write_imm = [](zcrpc_conn *c, uint32_t imm, size_t n,
+				     void *a) {
 			auto *s = static_cast<Server *>(a);
 			if (s->on_imm)
 				s->on_imm(c, imm, n);
 		};
-		lo.conn_handlers.arg = this;
+		lh.arg = this;
+		lo.conn_handlers = &lh;
 		if (zcrpc_listen(w, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
 			return false;
 		port = zcrpc_listener_port(l_);
@@ -186,7 +191,7 @@ private:
 zcrpc_worker_stats Stats(zcrpc_worker *w)
 {
 	zcrpc_worker_stats s;
-	zcrpc_worker_get_stats(w, &s);
+	zcrpc_worker_get_stats(w, &s, sizeof(s));
 	return s;
 }
 
@@ -397,7 +402,7 @@ TEST_F(Transport, ReceiverHoldingItsSlotsStallsTheSenderWithoutRnr)
 	cl.Wait([&] { return cl.closed > 0 || (received == total && holding == 0); }, 20000);
 	EXPECT_EQ(cl.closed, 0) << zcrpc_conn_error(cl.conn);
 	zcrpc_conn_stats cs;
-	zcrpc_conn_get_stats(cl.conn, &cs);
+	zcrpc_conn_get_stats(cl.conn, &cs, sizeof(cs));
 	EXPECT_GT(cs.credit_stalls, 0u) << "the sender never ran out of credits";
 	EXPECT_GT(refused, 0);
 	EXPECT_EQ(cs.rnr_events, 0u);

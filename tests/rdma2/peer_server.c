@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	while (!stop)
 		zcrpc_worker_progress(w, 100);
-	zcrpc_server_get_stats(s, &ss);
+	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	printf("calls %llu replies %llu connections %u\n", (unsigned long long)ss.calls,
 	       (unsigned long long)ss.replies, ss.connections);
 	fflush(stdout);

@@ -173,7 +173,7 @@ TEST_F(PeerDeath, IdleConnectionToAFrozenPeerIsDeclaredDeadByKeepalive)
 	// Idle but alive: probes go out and are answered.
 	c.ProgressUntil([] { return false; }, Scaled(1500));
 	zcrpc_conn_stats st;
-	zcrpc_conn_get_stats(ic.conn, &st);
+	zcrpc_conn_get_stats(ic.conn, &st, sizeof(st));
 	ASSERT_GT(st.keepalives_sent, 0u);
 	ASSERT_EQ(ic.closed, 0) << "the idle connection died while B was running";
 	int64_t retry_before = LocalCounter(env_.dev, "retry_exceeded_err");

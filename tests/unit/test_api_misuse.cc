@@ -69,7 +69,7 @@ TEST(ApiMisuse, NullArgumentsOfTheDataPathAreRefused)
 	EXPECT_EQ(zcrpc_conn_set_handlers(nullptr, nullptr), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_worker_arm(nullptr), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_worker_context(nullptr), nullptr);
-	zcrpc_conn_get_stats(nullptr, &cs); // no crash
-	zcrpc_worker_get_stats(nullptr, &ws);
+	zcrpc_conn_get_stats(nullptr, &cs, sizeof(cs)); // no crash
+	zcrpc_worker_get_stats(nullptr, &ws, sizeof(ws));
 	EXPECT_EQ(ws.conns, 0u);
 }
