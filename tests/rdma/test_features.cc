@@ -247,7 +247,8 @@ void RawConnection(const RxeEnv &env, const Case &k, bool server_closes, bool ke
 	zcrpc_listen_opts_init(&lo);
 	lo.on_accept = OnAccept;
 	lo.arg = &sv;
-	lo.conn_handlers = sv.Handlers();
+	zcrpc_conn_handlers sh = sv.Handlers();
+	lo.conn_handlers = &sh;
 	zcrpc_connect_opts co;
 	zcrpc_connect_opts_init(&co);
 	if (keyed) {
@@ -377,7 +378,7 @@ public:
 	zcrpc_server_stats Stats() const
 	{
 		zcrpc_server_stats st;
-		zcrpc_server_get_stats(s, &st);
+		zcrpc_server_get_stats(s, &st, sizeof(st));
 		return st;
 	}
 
@@ -418,7 +419,7 @@ void EchoCall(zcrpc_channel *ch, const std::vector<uint8_t> &req, const zcrpc_bu
 	o.timeout_us = 10 * 1000 * 1000;
 	o.attachment = att;
 	zcrpc_result r{};
-	ASSERT_EQ(zcrpc_call(ch, zcrpc_method_id(kEcho), req.data(), req.size(), &o, &r),
+	ASSERT_EQ(zcrpc_call(ch, zcrpc_method_id(kEcho), req.data(), req.size(), &o, &r, sizeof(r)),
 		  ZCRPC_OK)
 		<< r.message;
 	ASSERT_EQ(r.len, req.size());
@@ -482,7 +483,7 @@ void RpcCase(const RxeEnv &env, const Case &k)
 	EchoCall(ch, Pattern(30, 9), nullptr, {}); // the connection is fine after it
 
 	zcrpc_channel_stats cs;
-	zcrpc_channel_get_stats(ch, &cs);
+	zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
 	zcrpc_server_stats ss = srv.Stats();
 	EXPECT_EQ(cs.bulk_bad_writes, 0u);
 	EXPECT_EQ(cs.protocol_errors, 0u);
