@@ -9,7 +9,7 @@
  *    of this process; "server" serves until SIGTERM/SIGINT.
  * -m lat: per size (default 16,256,4K), -n calls one at a time through
  *    zcrpc_call_start (the fill callback writes an 8-byte sequence number)
- *    against an echo handler (zcrpc_call_reply with the request payload);
+ *    against an echo handler (zcrpc_server_call_reply with the request payload);
  *    busy-poll; round-trip percentiles.
  * -m tput: -c channels (= connections, default 1) on one client worker,
  *    each keeping -d calls in flight (default 64) of -s bytes (default 16)
@@ -61,7 +61,7 @@ struct server {
 static void h_echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 {
 	(void)arg;
-	zcrpc_call_reply(call, ZCRPC_OK, NULL, req->data, req->len, NULL);
+	zcrpc_server_call_reply(call, ZCRPC_OK, NULL, req->data, req->len, NULL);
 }
 
 /* Bulk sink: the attachment has landed; reply with 8 bytes. */
@@ -70,7 +70,7 @@ static void h_sink(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 	uint64_t n = req->attachment_len;
 
 	(void)arg;
-	zcrpc_call_reply(call, ZCRPC_OK, NULL, &n, sizeof(n), NULL);
+	zcrpc_server_call_reply(call, ZCRPC_OK, NULL, &n, sizeof(n), NULL);
 }
 
 static void *server_main(void *arg)
@@ -327,7 +327,7 @@ static int run_bw(struct client *cl, struct chan *c, const size_t *sizes, int ns
 	if (!src)
 		return 1;
 	memset(src, 0xa5, max);
-	if (zcrpc_mr_register(zcrpc_worker_context(cl->w), src, max, 0, &mr) != ZCRPC_OK)
+	if (zcrpc_mr_register(zcrpc_worker_get_context(cl->w), src, max, 0, &mr) != ZCRPC_OK)
 		goto out;
 	for (k = 0; k < nsizes; k++) {
 		size_t size = sizes[k];

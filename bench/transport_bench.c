@@ -125,7 +125,7 @@ static void *server_main(void *arg)
 	st = zcrpc_worker_create(&wo, &s->w);
 	if (st == ZCRPC_OK) {
 		s->region = calloc(1, g_region);
-		st = s->region ? zcrpc_mr_register(zcrpc_worker_context(s->w), s->region,
+		st = s->region ? zcrpc_mr_register(zcrpc_worker_get_context(s->w), s->region,
 						   g_region, ZCRPC_MR_REMOTE_WRITE, &s->mr)
 			       : ZCRPC_RESOURCE_EXHAUSTED;
 	}
@@ -181,7 +181,7 @@ static void cl_state(zcrpc_conn *conn, zcrpc_conn_state state,
 		cl->closed = 1;
 		if (status != ZCRPC_OK)
 			fprintf(stderr, "client: closed: %s: %s\n", zcrpc_status_str(status),
-				zcrpc_conn_error(conn));
+				zcrpc_conn_get_error(conn));
 	}
 }
 
@@ -283,7 +283,7 @@ static int run_bw(struct client *cl, const size_t *sizes, int nsizes, double tot
 	if (!src)
 		return 1;
 	memset(src, 0x5a, max);
-	if (zcrpc_mr_register(zcrpc_worker_context(cl->w), src, max, 0, &mr) != ZCRPC_OK)
+	if (zcrpc_mr_register(zcrpc_worker_get_context(cl->w), src, max, 0, &mr) != ZCRPC_OK)
 		goto out;
 	for (k = 0; k < nsizes; k++) {
 		size_t size = sizes[k];

@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
-	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_port(s));
+	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_get_port(s));
 	fflush(stdout);
 	while (!stop)
 		zcrpc_worker_progress(w, 100);

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 	if (pthread_create(&t, NULL, server_main, &sv) != 0)
 		FAIL("pthread_create failed");
 	started = 1;
-	snprintf(port, sizeof(port), "%u", (unsigned)zcrpc_server_port(sv.s));
+	snprintf(port, sizeof(port), "%u", (unsigned)zcrpc_server_get_port(sv.s));
 
 	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
 	    (st = zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK)

@@ -80,7 +80,7 @@ static zcrpc_status regbuf_alloc(struct regbuf *b, size_t len, unsigned flags)
 	b->p = malloc(len ? len : 1);
 	if (!b->p)
 		return ZCRPC_RESOURCE_EXHAUSTED;
-	st = zcrpc_mr_register(zcrpc_worker_context(w), b->p, len ? len : 1, flags, &b->mr);
+	st = zcrpc_mr_register(zcrpc_worker_get_context(w), b->p, len ? len : 1, flags, &b->mr);
 	if (st != ZCRPC_OK) {
 		free(b->p);
 		b->p = NULL;

@@ -121,7 +121,7 @@ static void kv_put(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__PutRequest *in,
 		   Zcrpc__Kv__PutReply_Closure closure, void *closure_data)
 {
 	struct store *s = &g_store;
-	const zcrpc_request *r = zcrpc_pb_server_request(closure_data);
+	const zcrpc_request *r = zcrpc_pb_server_get_request(closure_data);
 	Zcrpc__Kv__PutReply out = ZCRPC__KV__PUT_REPLY__INIT;
 	const void *src;
 	struct value *v;
@@ -365,14 +365,14 @@ int main(int argc, char **argv)
 			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
-	g_store.ctx = zcrpc_worker_context(w);
+	g_store.ctx = zcrpc_worker_get_context(w);
 	st = zcrpc__kv__kv__zcrpc_register(s, &kv_impl);
 	if (st != ZCRPC_OK || (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
 		fprintf(stderr, "kv server: %s%s%s\n", zcrpc_status_str(st),
 			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
 	}
-	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_port(s));
+	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_get_port(s));
 	fflush(stdout);
 	while (!stop)
 		zcrpc_worker_progress(w, 100);

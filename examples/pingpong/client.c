@@ -42,7 +42,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state state,
 		cl->close_status = status;
 		if (status != ZCRPC_OK)
 			fprintf(stderr, "client: connection closed: %s: %s\n",
-				zcrpc_status_str(status), zcrpc_conn_error(conn));
+				zcrpc_status_str(status), zcrpc_conn_get_error(conn));
 	}
 }
 

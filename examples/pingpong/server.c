@@ -48,8 +48,8 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state state,
 		return;
 	zcrpc_conn_get_stats(conn, &s, sizeof(s));
 	printf("server: connection closed (%s%s%s), echoed %llu messages, %llu bytes\n",
-	       zcrpc_status_str(status), *zcrpc_conn_error(conn) ? ": " : "",
-	       zcrpc_conn_error(conn), (unsigned long long)s.msgs_sent,
+	       zcrpc_status_str(status), *zcrpc_conn_get_error(conn) ? ": " : "",
+	       zcrpc_conn_get_error(conn), (unsigned long long)s.msgs_sent,
 	       (unsigned long long)s.bytes_sent);
 	fflush(stdout);
 	closed_conns++;
@@ -107,7 +107,7 @@ int main(int argc, char **argv)
 			port, zcrpc_status_str(st));
 		goto out;
 	}
-	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_listener_port(l));
+	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_listener_get_port(l));
 	fflush(stdout);
 
 	while (!stop && (max_conns < 0 || closed_conns < max_conns)) {

@@ -38,7 +38,7 @@ extern "C" {
  * Each invoke starts one asynchronous call and returns. The closure runs
  * exactly once, from a later zcrpc_worker_progress() of @ch's worker, with
  * the unpacked reply (valid only during the closure: it is freed when the
- * closure returns) or with NULL on any failure; zcrpc_pb_last_status()
+ * closure returns) or with NULL on any failure; zcrpc_pb_get_last_status()
  * tells why. When the call cannot even start (RESOURCE_EXHAUSTED,
  * INVALID_ARGUMENT, ...) the closure runs with NULL before invoke returns.
  *
@@ -64,7 +64,7 @@ ZCRPC_API zcrpc_status zcrpc_pb_client_set_opts(ProtobufCService *svc,
 						const zcrpc_call_opts *o);
 
 /**
- * zcrpc_pb_last_status - the status of the call of @svc that completed
+ * zcrpc_pb_get_last_status - the status of the call of @svc that completed
  * last (ZCRPC_OK before any): inside a closure, that closure's call. On
  * closure(NULL) this is the server's status (UNIMPLEMENTED, INTERNAL, ...),
  * DEADLINE_EXCEEDED, UNAVAILABLE, RESOURCE_EXHAUSTED (reply above
@@ -73,7 +73,7 @@ ZCRPC_API zcrpc_status zcrpc_pb_client_set_opts(ProtobufCService *svc,
  * valid until the next call of @svc completes. UNKNOWN when @svc was not
  * made by zcrpc_pb_client_create().
  */
-ZCRPC_API zcrpc_status zcrpc_pb_last_status(const ProtobufCService *svc,
+ZCRPC_API zcrpc_status zcrpc_pb_get_last_status(const ProtobufCService *svc,
 					    const char **message);
 
 /* ---- calls by message (what generated typed stubs use) ------------------- */
@@ -131,12 +131,12 @@ ZCRPC_API zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
  * calls svc->invoke(svc, index, request, closure, closure_data). The
  * handler calls closure(reply, closure_data) exactly once — inside the
  * handler, or later from any thread (on another thread than the worker's
- * the reply goes through zcrpc_call_reply_any_thread()). The request
+ * the reply goes through zcrpc_server_call_reply_any_thread()). The request
  * message stays valid until then, and is freed after it; the reply is
  * packed and copied, so the handler keeps ownership of it. closure_data is
  * an opaque handle, not a pointer: a closure called again (or with a
  * closure_data that names no call in progress) is ignored and counted
- * (zcrpc_pb_server_closures_ignored()), from any thread.
+ * (zcrpc_pb_server_get_closures_ignored()), from any thread.
  * closure(NULL, closure_data) answers with the status set by
  * zcrpc_pb_set_status(), INTERNAL by default. A closure never called
  * leaks the call, as a zcrpc handler that never replies does.
@@ -171,22 +171,22 @@ ZCRPC_API zcrpc_status zcrpc_pb_set_reply_attachment(
 	void (*on_done)(void *ctx, zcrpc_status st), void *ctx);
 
 /**
- * zcrpc_pb_server_request - inside a handler of a registered service: the
+ * zcrpc_pb_server_get_request - inside a handler of a registered service: the
  * zcrpc request behind @closure_data (metadata, deadline, attachment),
  * valid and unchanged until the closure runs, also when the closure runs
  * later or from another thread (it belongs to the call). NULL once the
  * closure ran.
  */
-ZCRPC_API const zcrpc_request *zcrpc_pb_server_request(const void *closure_data);
+ZCRPC_API const zcrpc_request *zcrpc_pb_server_get_request(const void *closure_data);
 
-/** zcrpc_pb_server_call - the zcrpc call behind @closure_data, e.g. for
+/** zcrpc_pb_server_get_call - the zcrpc call behind @closure_data, e.g. for
  * zcrpc_server_call_cancelled(); valid until the closure runs. */
-ZCRPC_API zcrpc_server_call *zcrpc_pb_server_call(const void *closure_data);
+ZCRPC_API zcrpc_server_call *zcrpc_pb_server_get_call(const void *closure_data);
 
-/** zcrpc_pb_server_closures_ignored - closure calls ignored so far in this
+/** zcrpc_pb_server_get_closures_ignored - closure calls ignored so far in this
  * process because their closure_data named no call in progress (a closure
  * called twice). Any thread. */
-ZCRPC_API uint64_t zcrpc_pb_server_closures_ignored(void);
+ZCRPC_API uint64_t zcrpc_pb_server_get_closures_ignored(void);
 
 #ifdef __cplusplus
 }

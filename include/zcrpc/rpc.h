@@ -269,7 +269,7 @@ typedef struct zcrpc_channel_stats {
 	 * malformed frame, a grant smaller than the bulk part, an unexpected
 	 * frame or write). The calls on it fail UNAVAILABLE with
 	 * "... protocol error from the server: <reason>" in their message;
-	 * zcrpc_conn_error() of the connection says the same.
+	 * zcrpc_conn_get_error() of the connection says the same.
 	 */
 	uint64_t protocol_errors;
 	/* New counters go here. */
@@ -307,8 +307,8 @@ typedef struct zcrpc_request {
 } zcrpc_request;
 
 /**
- * A method handler. Reply with zcrpc_call_reply() — inside the handler or
- * later from the worker's thread, or with zcrpc_call_reply_any_thread()
+ * A method handler. Reply with zcrpc_server_call_reply() — inside the handler or
+ * later from the worker's thread, or with zcrpc_server_call_reply_any_thread()
  * from any thread. Every call must be replied to exactly once (also after
  * its client went away: the reply then reports UNAVAILABLE and frees it).
  */
@@ -326,7 +326,7 @@ typedef struct zcrpc_server_opts {
 	/** A connection ended: @why OK when it closed in order (the client
 	 * closed or destroyed its channel, or this server closed it),
 	 * UNAVAILABLE when the client died or was cut off, ...;
-	 * zcrpc_conn_error(@conn) says why (docs/protocol.md §5). The
+	 * zcrpc_conn_get_error(@conn) says why (docs/protocol.md §5). The
 	 * handlers' calls on it are cancelled. */
 	void (*on_disconnect)(zcrpc_server *s, zcrpc_conn *conn,
 			      zcrpc_status why, void *arg);
@@ -391,7 +391,7 @@ ZCRPC_API zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 					   const char *port);
 
 /** The port of the last zcrpc_server_listen(). */
-ZCRPC_API uint16_t zcrpc_server_port(const zcrpc_server *s);
+ZCRPC_API uint16_t zcrpc_server_get_port(const zcrpc_server *s);
 
 /**
  * zcrpc_server_shutdown - graceful: stop listening, tell every client
@@ -399,7 +399,7 @@ ZCRPC_API uint16_t zcrpc_server_port(const zcrpc_server *s);
  * @grace_ms while driving the worker's progress, then close the
  * connections in order (calls still running fail UNAVAILABLE at the
  * clients: "closed by the server"). Replies made from other threads
- * (zcrpc_call_reply_any_thread) are waited for too: the progress it drives
+ * (zcrpc_server_call_reply_any_thread) are waited for too: the progress it drives
  * runs them. Returns OK when every call was replied to (no handle is
  * left), DEADLINE_EXCEEDED when the grace period cut calls short: those
  * calls are then cancelled (zcrpc_server_call_cancelled() says so, from
@@ -429,8 +429,16 @@ typedef struct zcrpc_reply_opts {
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_reply_opts;
 
+/** Fills @o with defaults (no metadata, no attachment, no on_done). */
+ZCRPC_API void zcrpc_reply_opts_init_sized(zcrpc_reply_opts *o, size_t size);
+/* An inline, so the size is the caller's own sizeof (docs/abi.md). */
+static inline void zcrpc_reply_opts_init(zcrpc_reply_opts *o)
+{
+	zcrpc_reply_opts_init_sized(o, sizeof(*o));
+}
+
 /**
- * zcrpc_call_reply - answer @call with @status, @message (errors; may be
+ * zcrpc_server_call_reply - answer @call with @status, @message (errors; may be
  * NULL) and @len bytes of payload (copied into registered memory; above
  * the bulk threshold it travels by RDMA WRITE). Worker thread only. The
  * handle is released whatever the result. A @status that is not a gRPC
@@ -444,23 +452,23 @@ typedef struct zcrpc_reply_opts {
  * client gets INTERNAL). A handle already replied to is refused with
  * INVALID_ARGUMENT.
  */
-ZCRPC_API zcrpc_status zcrpc_call_reply(zcrpc_server_call *call,
+ZCRPC_API zcrpc_status zcrpc_server_call_reply(zcrpc_server_call *call,
 					zcrpc_status status,
 					const char *message, const void *data,
 					size_t len, const zcrpc_reply_opts *o);
 
 /**
- * zcrpc_call_reply_fill - answer @call with OK and a @len-byte payload that
+ * zcrpc_server_call_reply_fill - answer @call with OK and a @len-byte payload that
  * @fill writes straight into registered memory (no copy: how protobuf-c
- * replies are packed). Otherwise as zcrpc_call_reply().
+ * replies are packed). Otherwise as zcrpc_server_call_reply().
  */
-ZCRPC_API zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *call,
+ZCRPC_API zcrpc_status zcrpc_server_call_reply_fill(zcrpc_server_call *call,
 					     size_t len, zcrpc_fill_fn fill,
 					     void *fill_ctx,
 					     const zcrpc_reply_opts *o);
 
 /**
- * zcrpc_call_reply_any_thread - the same from any thread: the message and
+ * zcrpc_server_call_reply_any_thread - the same from any thread: the message and
  * payload are copied now and the reply is made on the worker's thread
  * (through its handoff queue). Returns OK once queued; the handle is then
  * released (do not use it again, not even for
@@ -468,7 +476,7 @@ ZCRPC_API zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *call,
  * RESOURCE_EXHAUSTED) nothing is queued and the handle is still the
  * caller's. No attachments.
  */
-ZCRPC_API zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *call,
+ZCRPC_API zcrpc_status zcrpc_server_call_reply_any_thread(zcrpc_server_call *call,
 						   zcrpc_status status,
 						   const char *message,
 						   const void *data,
@@ -484,7 +492,7 @@ typedef struct zcrpc_server_stats {
 	uint64_t calls, replies, unimplemented, expired_not_run, cancelled;
 	/** Connections closed because the client broke the protocol
 	 * (malformed frames, ...): on_disconnect gets INTERNAL, and
-	 * zcrpc_conn_error() "protocol error from the client: <reason>". */
+	 * zcrpc_conn_get_error() "protocol error from the client: <reason>". */
 	uint64_t protocol_errors;
 	uint64_t copied_bytes;
 	uint32_t connections, running, queued;
@@ -498,7 +506,7 @@ typedef struct zcrpc_server_stats {
 	uint64_t conns_closed;
 	/** Connections that ended otherwise: the client died or was cut off
 	 * (UNAVAILABLE), an error; on_disconnect gets the status and
-	 * zcrpc_conn_error() the reason. A client built before the close
+	 * zcrpc_conn_get_error() the reason. A client built before the close
 	 * message (docs/protocol.md §5) lands here even when it closed. */
 	uint64_t conns_lost;
 	/** Replies whose status was no gRPC code, sent as UNKNOWN. */

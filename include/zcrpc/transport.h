@@ -142,34 +142,34 @@ ZCRPC_API void zcrpc_worker_destroy(zcrpc_worker *w);
  * @timeout_ms: 0 polls once without sleeping (busy-poll mode); > 0 sleeps up
  * to that long on the worker's fd when there is nothing to do; < 0 sleeps
  * until something happens. Returns OK, or INTERNAL if the event loop itself
- * failed (zcrpc_worker_error() says why), or FAILED_PRECONDITION when called
+ * failed (zcrpc_worker_get_error() says why), or FAILED_PRECONDITION when called
  * from inside a callback.
  */
 ZCRPC_API zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms);
 
 /**
- * zcrpc_worker_error - the worker's error string: the last thing that went
+ * zcrpc_worker_get_error - the worker's error string: the last thing that went
  * wrong inside it that no status carries in full (why progress returned
  * INTERNAL, a completion channel that could not be made, an event on a
  * listener); "" when nothing did, or for NULL. Owned by the worker: valid
  * until it is destroyed, overwritten by the next such error. Worker thread.
  */
-ZCRPC_API const char *zcrpc_worker_error(const zcrpc_worker *w);
+ZCRPC_API const char *zcrpc_worker_get_error(const zcrpc_worker *w);
 
 /** The worker's device context (a borrowed pointer, valid while the worker
  * lives): register memory with it for zcrpc_conn_write(). */
-ZCRPC_API zcrpc_context *zcrpc_worker_context(const zcrpc_worker *w);
+ZCRPC_API zcrpc_context *zcrpc_worker_get_context(const zcrpc_worker *w);
 
 /**
- * zcrpc_worker_fd - the worker's epoll file descriptor, for the application's
+ * zcrpc_worker_get_fd - the worker's epoll file descriptor, for the application's
  * own poll/epoll loop: when it is readable, call zcrpc_worker_progress(w, 0).
  * Owned by the worker; do not close it. Completions only wake the fd after a
  * zcrpc_worker_progress() call with a non-zero timeout or zcrpc_worker_arm().
  */
-ZCRPC_API int zcrpc_worker_fd(const zcrpc_worker *w);
+ZCRPC_API int zcrpc_worker_get_fd(const zcrpc_worker *w);
 
 /**
- * zcrpc_worker_arm - prepare to sleep on zcrpc_worker_fd(): request
+ * zcrpc_worker_arm - prepare to sleep on zcrpc_worker_get_fd(): request
  * completion notifications on every connection. Returns OK when it is safe to
  * sleep, or RESOURCE_EXHAUSTED ("busy") when work is already pending and
  * zcrpc_worker_progress() should be called first.
@@ -184,7 +184,7 @@ ZCRPC_API zcrpc_status zcrpc_worker_arm(zcrpc_worker *w);
  * run in the order they were posted (FIFO over all threads), each exactly
  * once, like any other callback: they may use the worker and its
  * connections, and post again (that post runs in a later progress call).
- * A worker sleeping in zcrpc_worker_progress() or on zcrpc_worker_fd() is
+ * A worker sleeping in zcrpc_worker_progress() or on zcrpc_worker_get_fd() is
  * woken.
  *
  * Ownership: @arg stays the caller's; the library only hands it to @fn.
@@ -203,7 +203,7 @@ ZCRPC_API zcrpc_status zcrpc_worker_post(zcrpc_worker *w,
 typedef enum zcrpc_conn_state {
 	ZCRPC_CONN_CONNECTING = 0, /**< resolving, connecting or accepting */
 	ZCRPC_CONN_ESTABLISHED = 1, /**< messages flow */
-	ZCRPC_CONN_CLOSED = 2,	    /**< closed or failed; see zcrpc_conn_status() */
+	ZCRPC_CONN_CLOSED = 2,	    /**< closed or failed; see zcrpc_conn_get_status() */
 } zcrpc_conn_state;
 
 /**
@@ -392,7 +392,7 @@ static inline void zcrpc_listen_opts_init(zcrpc_listen_opts *opts)
 
 /**
  * zcrpc_listen - listen on @host (NULL = every address) and @port ("0" = an
- * ephemeral port; see zcrpc_listener_port()). Connection requests are
+ * ephemeral port; see zcrpc_listener_get_port()). Connection requests are
  * accepted from inside zcrpc_worker_progress(); a request with a malformed
  * handshake or a protocol version this side does not speak is rejected with
  * a reason the client reports.
@@ -411,7 +411,7 @@ ZCRPC_API zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 				    zcrpc_listener **out);
 
 /** The port the listener is bound to (host byte order). */
-ZCRPC_API uint16_t zcrpc_listener_port(const zcrpc_listener *l);
+ZCRPC_API uint16_t zcrpc_listener_get_port(const zcrpc_listener *l);
 
 /**
  * zcrpc_listener_destroy - stop listening and free the listener. Connections
@@ -642,14 +642,14 @@ ZCRPC_API zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *conn,
 					       const zcrpc_conn_handlers *h);
 
 /** Current state. */
-ZCRPC_API zcrpc_conn_state zcrpc_conn_state_get(const zcrpc_conn *conn);
+ZCRPC_API zcrpc_conn_state zcrpc_conn_get_state(const zcrpc_conn *conn);
 
 /** Why the connection closed (OK while open or after an orderly close). */
-ZCRPC_API zcrpc_status zcrpc_conn_status(const zcrpc_conn *conn);
+ZCRPC_API zcrpc_status zcrpc_conn_get_status(const zcrpc_conn *conn);
 
-/** A human-readable detail for zcrpc_conn_status(); "" when none. The string
+/** A human-readable detail for zcrpc_conn_get_status(); "" when none. The string
  * is owned by the connection and valid until it is destroyed. */
-ZCRPC_API const char *zcrpc_conn_error(const zcrpc_conn *conn);
+ZCRPC_API const char *zcrpc_conn_get_error(const zcrpc_conn *conn);
 
 /** Per-connection counters, read with zcrpc_conn_get_stats(). */
 typedef struct zcrpc_conn_stats {

@@ -184,7 +184,7 @@ zcrpc_status zcrpc_pb_client_set_opts(ProtobufCService *svc,
 	return ZCRPC_OK;
 }
 
-zcrpc_status zcrpc_pb_last_status(const ProtobufCService *svc,
+zcrpc_status zcrpc_pb_get_last_status(const ProtobufCService *svc,
 				  const char **message)
 {
 	const struct pb_client *c = as_client(svc);

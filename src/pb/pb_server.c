@@ -45,15 +45,15 @@ static void reply_now(struct pb_scall *sc, zcrpc_status st, const char *msg,
 		o.ctx = sc->att_ctx;
 	}
 	if (pthread_equal(pthread_self(), sc->thread)) {
-		zcrpc_call_reply(sc->call, st, msg, data, len, &o);
+		zcrpc_server_call_reply(sc->call, st, msg, data, len, &o);
 	} else if (o.attachment) {
 		/* Attachments are sent from the worker's thread only. */
-		zcrpc_call_reply_any_thread(sc->call, ZCRPC_INTERNAL,
+		zcrpc_server_call_reply_any_thread(sc->call, ZCRPC_INTERNAL,
 					    "reply attachment from another thread", NULL, 0);
 		if (sc->att_done)
 			sc->att_done(sc->att_ctx, ZCRPC_INTERNAL);
 	} else {
-		zcrpc_call_reply_any_thread(sc->call, st, msg, data, len);
+		zcrpc_server_call_reply_any_thread(sc->call, st, msg, data, len);
 	}
 }
 
@@ -176,7 +176,7 @@ static void pb_closure(const ProtobufCMessage *out, void *closure_data)
 			o.on_done = sc->att_done;
 			o.ctx = sc->att_ctx;
 		}
-		zcrpc_call_reply_fill(sc->call, protobuf_c_message_get_packed_size(out),
+		zcrpc_server_call_reply_fill(sc->call, protobuf_c_message_get_packed_size(out),
 				      pack_fill, (void *)out, &o);
 	} else {
 		len = protobuf_c_message_get_packed_size(out);
@@ -207,7 +207,7 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 
 	if ((found = zcrpc__pb_find_method(d, r->method_id)) < 0) {
 		/* the bounds check before invoke */
-		zcrpc_call_reply(call, ZCRPC_UNIMPLEMENTED, "no such method",
+		zcrpc_server_call_reply(call, ZCRPC_UNIMPLEMENTED, "no such method",
 				 NULL, 0, NULL);
 		return;
 	}
@@ -216,12 +216,12 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	    !((const pb_handler *)(svc + 1))[mi]) {
 		snprintf(m, sizeof(m), "%s.%s is not implemented", d->name,
 			 d->methods[mi].name);
-		zcrpc_call_reply(call, ZCRPC_UNIMPLEMENTED, m, NULL, 0, NULL);
+		zcrpc_server_call_reply(call, ZCRPC_UNIMPLEMENTED, m, NULL, 0, NULL);
 		return;
 	}
 	sc = calloc(1, sizeof(*sc));
 	if (!sc) {
-		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory",
+		zcrpc_server_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory",
 				 NULL, 0, NULL);
 		return;
 	}
@@ -234,12 +234,12 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	sc->in = zcrpc__pb_unpack_request(d, mi, r->data, r->len, &sc->pa, &st,
 					  m, sizeof(m));
 	if (!sc->in) {
-		zcrpc_call_reply(call, st, m, NULL, 0, NULL);
+		zcrpc_server_call_reply(call, st, m, NULL, 0, NULL);
 		scall_free(sc);
 		return;
 	}
 	if (!(h = handle_new(sc))) {
-		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED,
+		zcrpc_server_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED,
 				 "out of memory", NULL, 0, NULL);
 		scall_free(sc);
 		return;
@@ -277,7 +277,7 @@ static struct pb_scall *as_scall(const void *closure_data)
 	return handle_get(closure_data, 0);
 }
 
-uint64_t zcrpc_pb_server_closures_ignored(void)
+uint64_t zcrpc_pb_server_get_closures_ignored(void)
 {
 	return atomic_load(&closures_ignored);
 }
@@ -310,14 +310,14 @@ zcrpc_status zcrpc_pb_set_reply_attachment(void *closure_data,
 	return ZCRPC_OK;
 }
 
-const zcrpc_request *zcrpc_pb_server_request(const void *closure_data)
+const zcrpc_request *zcrpc_pb_server_get_request(const void *closure_data)
 {
 	struct pb_scall *sc = as_scall(closure_data);
 
 	return sc ? sc->req : NULL;
 }
 
-zcrpc_server_call *zcrpc_pb_server_call(const void *closure_data)
+zcrpc_server_call *zcrpc_pb_server_get_call(const void *closure_data)
 {
 	struct pb_scall *sc = as_scall(closure_data);
 

@@ -115,7 +115,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 	snprintf(why, sizeof(why), "%s %s:%s%s: %s",
 		 never_up ? "could not connect to" : "connection to", ch->host,
 		 ch->port, never_up ? "" : by_server ? " closed by the server" : " lost",
-		 zcrpc_conn_error(conn));
+		 zcrpc_conn_get_error(conn));
 	if (conn == ch->conn) {
 		/* Next attempt after a jittered, growing delay. */
 		ch->backoff_ms = ch->backoff_ms ? ch->backoff_ms * 2
@@ -147,7 +147,7 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 void zcrpc__channel_protocol_error(zcrpc_channel *ch, zcrpc_conn *conn,
 				   const char *why)
 {
-	if (zcrpc_conn_state_get(conn) != ZCRPC_CONN_CLOSED &&
+	if (zcrpc_conn_get_state(conn) != ZCRPC_CONN_CLOSED &&
 	    !zcrpc__conn_closing(conn))
 		ch->st.protocol_errors++; /* once per connection */
 	zcrpc__conn_abort(conn, ZCRPC_INTERNAL,
@@ -277,7 +277,7 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	zcrpc__list_init(&ch->queue);
 	zcrpc__list_init(&ch->zombies);
 	ch->rng = (uint64_t)zcrpc__now_ns() | 1;
-	zcrpc__bulk_init(&ch->bulk, zcrpc_worker_context(w), (size_t)2 << 30);
+	zcrpc__bulk_init(&ch->bulk, zcrpc_worker_get_context(w), (size_t)2 << 30);
 	ch->timer.fn = zcrpc__channel_on_timer;
 	*out = ch;
 	return ZCRPC_OK;

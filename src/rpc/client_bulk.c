@@ -261,7 +261,7 @@ void zcrpc__channel_check_zombies(zcrpc_channel *ch, int64_t now,
 			 * again on the next run. */
 			c->zombie_deadline_ns = now + ZCRPC_GRANT_GRACE_NS;
 			if (!zcrpc__conn_closing(c->conn) &&
-			    zcrpc_conn_state_get(c->conn) ==
+			    zcrpc_conn_get_state(c->conn) ==
 				    ZCRPC_CONN_ESTABLISHED) {
 				ch->st.grant_timeouts++;
 				zcrpc_conn_close(c->conn);

@@ -173,7 +173,7 @@ void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c)
 	struct zcrpc_frame f;
 	struct zcrpc__out out;
 
-	if (!c->conn || zcrpc_conn_state_get(c->conn) != ZCRPC_CONN_ESTABLISHED)
+	if (!c->conn || zcrpc_conn_get_state(c->conn) != ZCRPC_CONN_ESTABLISHED)
 		return;
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_CANCEL;
@@ -302,11 +302,11 @@ static zcrpc_status check_opts(zcrpc_channel *ch, const zcrpc_call_opts *co,
 		return ZCRPC_INVALID_ARGUMENT;
 	if (co->attachment &&
 	    (!co->attachment->len ||
-	     !zcrpc__mr_covers(co->attachment->mr, zcrpc_worker_context(ch->w),
+	     !zcrpc__mr_covers(co->attachment->mr, zcrpc_worker_get_context(ch->w),
 			       co->attachment->offset, co->attachment->len, 0)))
 		return ZCRPC_INVALID_ARGUMENT;
 	if (co->reply_into &&
-	    !zcrpc__mr_covers(co->reply_into->mr, zcrpc_worker_context(ch->w),
+	    !zcrpc__mr_covers(co->reply_into->mr, zcrpc_worker_get_context(ch->w),
 			      co->reply_into->offset, co->reply_into->len,
 			      ZCRPC_MR_REMOTE_WRITE))
 		return ZCRPC_INVALID_ARGUMENT;

@@ -96,7 +96,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state st, zcrpc_status why,
 	if (why == ZCRPC_OK)
 		s->st.conns_closed++; /* the client (or we) closed in order */
 	else
-		s->st.conns_lost++; /* crash, loss, error; zcrpc_conn_error says */
+		s->st.conns_lost++; /* crash, loss, error; zcrpc_conn_get_error says */
 	if (s->o.on_disconnect)
 		s->o.on_disconnect(s, conn, why, s->o.arg);
 	sconn_free(sc);
@@ -194,7 +194,7 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 						: 10000) * 1000000LL;
 	s->idle_ns = (int64_t)(s->o.idle_release_ms ? s->o.idle_release_ms
 						    : 10000) * 1000000LL;
-	zcrpc__bulk_init(&s->bulk, zcrpc_worker_context(w), s->o.bulk_cache_max);
+	zcrpc__bulk_init(&s->bulk, zcrpc_worker_get_context(w), s->o.bulk_cache_max);
 	s->timer.fn = on_timer;
 	s->next_trim_ns = zcrpc__now_ns() + s->idle_ns / 2;
 	zcrpc__timer_start(w, &s->timer, s->next_trim_ns);
@@ -253,11 +253,11 @@ zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 	lo.handshake_timeout_ms = s->o.handshake_timeout_ms;
 	st = zcrpc_listen(s->w, host, port, &lo, &s->l);
 	if (st == ZCRPC_OK)
-		s->port = zcrpc_listener_port(s->l);
+		s->port = zcrpc_listener_get_port(s->l);
 	return st;
 }
 
-uint16_t zcrpc_server_port(const zcrpc_server *s)
+uint16_t zcrpc_server_get_port(const zcrpc_server *s)
 {
 	return s ? s->port : 0;
 }

@@ -119,7 +119,7 @@ void zcrpc__server_rq_remove(zcrpc_server *s, zcrpc_server_call *c)
  * reason as its error text (on_disconnect gets INTERNAL). */
 void zcrpc__sconn_protocol_error(struct sconn *sc, const char *why)
 {
-	if (zcrpc_conn_state_get(sc->conn) != ZCRPC_CONN_CLOSED &&
+	if (zcrpc_conn_get_state(sc->conn) != ZCRPC_CONN_CLOSED &&
 	    !zcrpc__conn_closing(sc->conn))
 		sc->s->st.protocol_errors++; /* once per connection */
 	zcrpc__conn_abort(sc->conn, ZCRPC_INTERNAL,

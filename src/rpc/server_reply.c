@@ -7,6 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+void zcrpc_reply_opts_init_sized(zcrpc_reply_opts *caller, size_t size)
+{
+	zcrpc_reply_opts d;
+
+	memset(&d, 0, sizeof(d));
+	d.size = sizeof(d);
+	zcrpc__abi_init(caller, size, &d, sizeof(d));
+}
+
 /* The reply's bulk part, written by @fill or copied from @data: into a
  * buffer from the cache, or, while one is registered off-thread (the
  * worker never registers), onto the heap until zcrpc__server_on_buffer. */
@@ -51,7 +60,7 @@ static zcrpc_status reply_invalid(zcrpc_server_call *c)
 	return ZCRPC_INVALID_ARGUMENT;
 }
 
-zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
+zcrpc_status zcrpc_server_call_reply(zcrpc_server_call *c, zcrpc_status status,
 			      const char *message, const void *data, size_t len,
 			      const zcrpc_reply_opts *o)
 {
@@ -60,7 +69,7 @@ zcrpc_status zcrpc_call_reply(zcrpc_server_call *c, zcrpc_status status,
 	return reply(c, status, message, data, len, NULL, NULL, o);
 }
 
-zcrpc_status zcrpc_call_reply_fill(zcrpc_server_call *c, size_t len,
+zcrpc_status zcrpc_server_call_reply_fill(zcrpc_server_call *c, size_t len,
 				   zcrpc_fill_fn fill, void *fill_ctx,
 				   const zcrpc_reply_opts *o)
 {
@@ -174,8 +183,7 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 
 	if (!c || c->state != SS_RUNNING)
 		return ZCRPC_INVALID_ARGUMENT;
-	memset(&ro, 0, sizeof(ro));
-	ro.size = sizeof(ro);
+	zcrpc_reply_opts_init(&ro);
 	if (o && ZCRPC__ABI_IN(&ro, o, ZCRPC__MIN_REPLY_OPTS) != ZCRPC_OK)
 		return reply_invalid(c);
 	s = c->s;
@@ -250,13 +258,13 @@ static void xreply_run(zcrpc_worker *w, void *arg)
 
 	(void)w;
 	if (c->state == SS_RUNNING && zcrpc__scall_ref(c->s, c) == x->ref)
-		zcrpc_call_reply(c, x->status, x->message, x->data, x->len, NULL);
+		zcrpc_server_call_reply(c, x->status, x->message, x->data, x->len, NULL);
 	free(x->message);
 	free(x->data);
 	free(x);
 }
 
-zcrpc_status zcrpc_call_reply_any_thread(zcrpc_server_call *c,
+zcrpc_status zcrpc_server_call_reply_any_thread(zcrpc_server_call *c,
 					 zcrpc_status status,
 					 const char *message, const void *data,
 					 size_t len)

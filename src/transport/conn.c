@@ -670,17 +670,17 @@ zcrpc_status zcrpc_conn_set_handlers(zcrpc_conn *c,
 	return zcrpc__copy_handlers(&c->h, h);
 }
 
-zcrpc_conn_state zcrpc_conn_state_get(const zcrpc_conn *c)
+zcrpc_conn_state zcrpc_conn_get_state(const zcrpc_conn *c)
 {
 	return c ? c->state : ZCRPC_CONN_CLOSED;
 }
 
-zcrpc_status zcrpc_conn_status(const zcrpc_conn *c)
+zcrpc_status zcrpc_conn_get_status(const zcrpc_conn *c)
 {
 	return c ? c->status : ZCRPC_INVALID_ARGUMENT;
 }
 
-const char *zcrpc_conn_error(const zcrpc_conn *c)
+const char *zcrpc_conn_get_error(const zcrpc_conn *c)
 {
 	return c ? c->detail : "";
 }

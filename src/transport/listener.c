@@ -304,7 +304,7 @@ err_free:
 	return st == ZCRPC_OK ? ZCRPC_INTERNAL : st;
 }
 
-uint16_t zcrpc_listener_port(const zcrpc_listener *l)
+uint16_t zcrpc_listener_get_port(const zcrpc_listener *l)
 {
 	return l ? l->port : 0;
 }

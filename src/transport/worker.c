@@ -43,7 +43,7 @@ void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 	zcrpc__log(ZCRPC_LOG_WARN, "worker %p: %s", (void *)w, w->err);
 }
 
-const char *zcrpc_worker_error(const zcrpc_worker *w)
+const char *zcrpc_worker_get_error(const zcrpc_worker *w)
 {
 	return w ? w->err : "";
 }
@@ -307,7 +307,7 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 	free(w);
 }
 
-zcrpc_context *zcrpc_worker_context(const zcrpc_worker *w)
+zcrpc_context *zcrpc_worker_get_context(const zcrpc_worker *w)
 {
 	return w ? w->ctx : NULL;
 }
@@ -388,7 +388,7 @@ copy:
 	ZCRPC__ABI_OUT(dst, dst_size, out);
 }
 
-int zcrpc_worker_fd(const zcrpc_worker *w)
+int zcrpc_worker_get_fd(const zcrpc_worker *w)
 {
 	return w ? w->epfd : -1;
 }

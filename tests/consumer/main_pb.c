@@ -14,5 +14,5 @@ int main(void)
 	printf("zcrpc %s with protobuf-c %s: pb_client_create(NULL) = %s\n",
 	       zcrpc_version(), protobuf_c_version(), zcrpc_status_str(st));
 	return st != ZCRPC_INVALID_ARGUMENT || svc != NULL ||
-	       zcrpc_pb_last_status(NULL, NULL) != ZCRPC_UNKNOWN;
+	       zcrpc_pb_get_last_status(NULL, NULL) != ZCRPC_UNKNOWN;
 }

@@ -22,7 +22,7 @@ static void on_state(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status s,
 	(void)arg;
 	if (st == ZCRPC_CONN_CLOSED) {
 		fprintf(stderr, "auth_victim: closed: %s: %s\n", zcrpc_status_str(s),
-			zcrpc_conn_error(c));
+			zcrpc_conn_get_error(c));
 		closed = 1;
 	}
 }

@@ -61,7 +61,7 @@ static int run_server(const char *addr, const char *port, const char *window)
 		fprintf(stderr, "fault peer: listen: %s\n", zcrpc_status_str(st));
 		goto out;
 	}
-	printf("listening %u\n", zcrpc_server_port(s));
+	printf("listening %u\n", zcrpc_server_get_port(s));
 	fflush(stdout);
 	while (!stop) {
 		zcrpc_worker_progress(w, 10);
@@ -185,7 +185,7 @@ static int run_memlock(const char *addr, const char *port)
 	bad |= check(st == ZCRPC_OK, "limited: worker created (its pool grows on first use)");
 	if (st != ZCRPC_OK)
 		return 1;
-	st = zcrpc_mr_register(zcrpc_worker_context(w), buf, sizeof(buf), 0, &mr);
+	st = zcrpc_mr_register(zcrpc_worker_get_context(w), buf, sizeof(buf), 0, &mr);
 	printf("limited: mr_register %s\n", zcrpc_status_str(st));
 	bad |= check(st == ZCRPC_RESOURCE_EXHAUSTED && !mr,
 		     "limited: registering 1 MiB is RESOURCE_EXHAUSTED");
@@ -198,10 +198,10 @@ static int run_memlock(const char *addr, const char *port)
 	while (st == ZCRPC_OK && !cs.closed && !cs.established && ms_now() < end)
 		zcrpc_worker_progress(w, 10);
 	printf("limited: connection %s: %s\n", zcrpc_status_str(cs.why),
-	       c ? zcrpc_conn_error(c) : "");
+	       c ? zcrpc_conn_get_error(c) : "");
 	bad |= check(cs.closed && cs.why == ZCRPC_RESOURCE_EXHAUSTED,
 		     "limited: the connection fails RESOURCE_EXHAUSTED");
-	bad |= check(c && strstr(zcrpc_conn_error(c), "ulimit -l") != NULL,
+	bad |= check(c && strstr(zcrpc_conn_get_error(c), "ulimit -l") != NULL,
 		     "limited: its message names ulimit -l");
 	zcrpc_conn_destroy(c);
 	end = ms_now() + 5000;
@@ -221,7 +221,7 @@ static int run_memlock(const char *addr, const char *port)
 		zcrpc_worker_destroy(w);
 		return 1;
 	}
-	st = zcrpc_mr_register(zcrpc_worker_context(w), buf, sizeof(buf), 0, &mr);
+	st = zcrpc_mr_register(zcrpc_worker_get_context(w), buf, sizeof(buf), 0, &mr);
 	bad |= check(st == ZCRPC_OK, "raised: registering 1 MiB works");
 	zcrpc_mr_deregister(mr);
 	st = zcrpc_channel_create(w, addr, port, NULL, &ch);

@@ -57,7 +57,7 @@ bool SpawnChild(const std::vector<std::string> &args, bool capture_stdout, Child
 class SoakServer {
 public:
 	bool Start(const std::string &addr, const zcrpc_server_opts *o = nullptr);
-	uint16_t port() const { return zcrpc_server_port(s_); }
+	uint16_t port() const { return zcrpc_server_get_port(s_); }
 	// Runs @fn on the server's thread (between two progress calls) and waits.
 	void Run(const std::function<void()> &fn);
 	void Stop(); // joins the thread; the test thread may then use w/s

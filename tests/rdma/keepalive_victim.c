@@ -79,13 +79,13 @@ int main(int argc, char **argv)
 	st = zcrpc_connect(w, argv[1], argv[2], NULL, &h, &c);
 	if (st != ZCRPC_OK || !wait_for(w, &v.established, &v)) {
 		fprintf(stderr, "victim: connect: %s %s\n", zcrpc_status_str(st),
-			zcrpc_conn_error(c));
+			zcrpc_conn_get_error(c));
 		return 1;
 	}
 	st = zcrpc_conn_send(c, "hello", 5);
 	if (st != ZCRPC_OK || !wait_for(w, &v.echoed, &v)) {
 		fprintf(stderr, "victim: no echo: %s %s\n", zcrpc_status_str(st),
-			zcrpc_conn_error(c));
+			zcrpc_conn_get_error(c));
 		return 1;
 	}
 	st = zcrpc__conn_test_break_qp(c);

@@ -93,7 +93,7 @@ EchoServer::EchoServer(const std::string &addr, const zcrpc_worker_opts *opts)
 	lo.conn_handlers = &lh;
 	if (zcrpc_listen(w_, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
 		return;
-	port_ = zcrpc_listener_port(l_);
+	port_ = zcrpc_listener_get_port(l_);
 	ok_ = port_ != 0;
 	thread_ = std::thread([this] {
 		while (!stop_.load(std::memory_order_relaxed))

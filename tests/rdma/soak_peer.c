@@ -56,7 +56,7 @@ static zcrpc_status echo_reply(zcrpc_server_call *call, const zcrpc_request *r)
 	o.size = sizeof(o);
 	if (r->attachment_len)
 		o.attachment = &r->attachment_mr;
-	return zcrpc_call_reply(call, ZCRPC_OK, NULL, r->data, r->len, &o);
+	return zcrpc_server_call_reply(call, ZCRPC_OK, NULL, r->data, r->len, &o);
 }
 
 static void on_echo(zcrpc_server_call *call, const zcrpc_request *r, void *arg)
@@ -76,7 +76,7 @@ static void hold(struct soak_server *ss, zcrpc_server_call *call,
 		struct held *n = realloc(ss->held, cap * sizeof(*n));
 
 		if (!n) {
-			zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "no memory",
+			zcrpc_server_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "no memory",
 					 NULL, 0, NULL);
 			return;
 		}

@@ -38,7 +38,7 @@ struct soak_server *soak_server_new(zcrpc_server *s);
  * after each progress call. */
 void soak_server_tick(struct soak_server *ss);
 /* Replies OK (echo) to every held call; returns how many replies were
- * accepted (zcrpc_call_reply() == OK). */
+ * accepted (zcrpc_server_call_reply() == OK). */
 size_t soak_server_release(struct soak_server *ss);
 size_t soak_server_held(const struct soak_server *ss);
 /* Calls the server saw, per method. */

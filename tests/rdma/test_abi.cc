@@ -87,7 +87,7 @@ void Echo(zcrpc_server_call *c, const zcrpc_request *r, void *)
 	memset(&ro, 0, sizeof(ro));
 	ro.o.size = sizeof(ro);
 	EXPECT_EQ(
-		zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &ro.o),
+		zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &ro.o),
 		ZCRPC_OK);
 }
 
@@ -128,7 +128,7 @@ TEST_F(Abi, OlderOptionsAndHandlersConnectAndShorterStatsKeepTheirGuard)
 			  ZCRPC_OK);
 		memset(&h, 0xff, sizeof(h));
 	}
-	std::string port = std::to_string(zcrpc_listener_port(l));
+	std::string port = std::to_string(zcrpc_listener_get_port(l));
 
 	// Handlers below the oldest layout are refused.
 	zcrpc_conn_handlers h;
@@ -209,7 +209,7 @@ TEST_F(Abi, RpcResultsViewsAndShorterStatsStayWithinTheCallersSize)
 	ASSERT_EQ(zcrpc_server_create(w, &so.o, &s), ZCRPC_OK);
 	ASSERT_EQ(zcrpc_server_register(s, kEcho, Echo, nullptr), ZCRPC_OK);
 	ASSERT_EQ(zcrpc_server_listen(s, env_.addr0.c_str(), "0"), ZCRPC_OK);
-	std::string port = std::to_string(zcrpc_server_port(s));
+	std::string port = std::to_string(zcrpc_server_get_port(s));
 
 	struct {
 		zcrpc_channel_opts o;

@@ -96,7 +96,7 @@ public:
 		});
 		return true;
 	}
-	uint16_t port() const { return zcrpc_server_port(s); }
+	uint16_t port() const { return zcrpc_server_get_port(s); }
 	// The worker's counters, read on its own thread.
 	zcrpc_worker_stats Stats()
 	{
@@ -146,7 +146,7 @@ private:
 	static void Echo(zcrpc_server_call *c, const zcrpc_request *r, void *a)
 	{
 		static_cast<AuthServer *>(a)->handler_runs++;
-		zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+		zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
 	}
 	static void OnConnect(zcrpc_server *, zcrpc_conn *, void *a)
 	{
@@ -183,7 +183,7 @@ struct Conn {
 		if (st == ZCRPC_CONN_CLOSED) {
 			self->closed++;
 			self->status = s;
-			self->detail = zcrpc_conn_error(c);
+			self->detail = zcrpc_conn_get_error(c);
 		}
 	}
 	static void OnRecv(zcrpc_conn *, const void *, size_t, void *) {}

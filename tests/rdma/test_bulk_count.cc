@@ -73,7 +73,7 @@ public:
 		zcrpc_server_destroy(s);
 		zcrpc_worker_destroy(w);
 	}
-	uint16_t port() const { return zcrpc_server_port(s); }
+	uint16_t port() const { return zcrpc_server_get_port(s); }
 	zcrpc_server_stats Stats() const
 	{
 		zcrpc_server_stats st;
@@ -95,7 +95,7 @@ private:
 			std::lock_guard<std::mutex> g(self->mu);
 			self->seen.emplace_back(p, p + r->attachment_len);
 		}
-		zcrpc_call_reply(c, ZCRPC_OK, nullptr, nullptr, 0, nullptr);
+		zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, nullptr, 0, nullptr);
 	}
 	std::atomic<bool> stop_{false};
 	std::thread thread_;
@@ -123,7 +123,7 @@ struct Raw {
 		if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK)
 			return false;
 		src.assign(1 << 16, 'A');
-		if (zcrpc_mr_register(zcrpc_worker_context(w), src.data(), src.size(), 0, &mr) !=
+		if (zcrpc_mr_register(zcrpc_worker_get_context(w), src.data(), src.size(), 0, &mr) !=
 		    ZCRPC_OK)
 			return false;
 		zcrpc_conn_handlers h{};
@@ -223,7 +223,7 @@ void StoreSecret(const std::string &addr, uint16_t port, size_t n)
 	for (size_t k = 0; k < n; k++)
 		secret[k] = static_cast<uint8_t>(kSecret[k % kSecret.size()]);
 	zcrpc_mr *mr = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(w), secret.data(), n, 0, &mr), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(w), secret.data(), n, 0, &mr), ZCRPC_OK);
 	zcrpc_bulk att{};
 	att.mr = mr;
 	att.offset = 0;
@@ -358,7 +358,7 @@ public:
 		if (zcrpc_worker_create(nullptr, &w_) != ZCRPC_OK)
 			return false;
 		src_.assign(1 << 16, 0);
-		if (zcrpc_mr_register(zcrpc_worker_context(w_), src_.data(), src_.size(), 0, &mr_) !=
+		if (zcrpc_mr_register(zcrpc_worker_get_context(w_), src_.data(), src_.size(), 0, &mr_) !=
 		    ZCRPC_OK)
 			return false;
 		zcrpc_listen_opts lo;
@@ -382,7 +382,7 @@ public:
 		});
 		return true;
 	}
-	uint16_t port() const { return zcrpc_listener_port(l_); }
+	uint16_t port() const { return zcrpc_listener_get_port(l_); }
 	~RawServer()
 	{
 		stop_ = true;

@@ -48,7 +48,7 @@ void Echo(zcrpc_server_call *c, const zcrpc_request *r, void *)
 	o.size = sizeof(o);
 	if (r->attachment_len)
 		o.attachment = &r->attachment_mr;
-	zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o);
+	zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o);
 }
 
 struct Result {
@@ -105,7 +105,7 @@ TEST_F(BulkMem, EmptyPoolDelaysGrantsAndErrorRepliesButNeverDropsThem)
 	ASSERT_EQ(zcrpc_server_listen(s, env_.addr0.c_str(), "0"), ZCRPC_OK);
 	zcrpc_channel *ch = nullptr;
 	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(),
-				       std::to_string(zcrpc_server_port(s)).c_str(), nullptr, &ch),
+				       std::to_string(zcrpc_server_get_port(s)).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	const uint32_t echo = zcrpc_method_id(kEcho);
 
@@ -207,7 +207,7 @@ public:
 		});
 		return true;
 	}
-	uint16_t port() const { return zcrpc_server_port(s); }
+	uint16_t port() const { return zcrpc_server_get_port(s); }
 	void Stop()
 	{
 		stop_ = true;

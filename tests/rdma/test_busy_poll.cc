@@ -156,7 +156,7 @@ TEST_F(BusyPoll, ConnectsAndPeerDeathAreSeenWhileEveryTurnIsBusy)
 {
 	BusyServer srv;
 	ASSERT_TRUE(srv.Start(env_.addr0));
-	uint16_t port = zcrpc_server_port(srv.s);
+	uint16_t port = zcrpc_server_get_port(srv.s);
 
 	// 1. A saturating client, connected before the turns get busy.
 	Load load;

@@ -72,7 +72,7 @@ public:
 		});
 		return true;
 	}
-	uint16_t port() const { return zcrpc_server_port(s); }
+	uint16_t port() const { return zcrpc_server_get_port(s); }
 	void Stop()
 	{
 		stop_ = true;
@@ -111,7 +111,7 @@ private:
 		if (self->on_hold)
 			self->on_hold(c, r);
 		else
-			zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+			zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
 	}
 	std::atomic<bool> stop_{false};
 	std::thread thread_;
@@ -360,13 +360,13 @@ TEST_F(CallLifetime, RequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheRepl
 			std::string rep = "ok-" + h->snap.payload;
 			if (rng() & 1) { // from the timer, on the worker
 				check(*h);
-				EXPECT_EQ(zcrpc_call_reply(h->c, ZCRPC_OK, nullptr, rep.data(), rep.size(),
+				EXPECT_EQ(zcrpc_server_call_reply(h->c, ZCRPC_OK, nullptr, rep.data(), rep.size(),
 							   nullptr),
 					  ZCRPC_OK);
 			} else {
 				helper.Push([h, rep, &check] {
 					check(*h);
-					EXPECT_EQ(zcrpc_call_reply_any_thread(h->c, ZCRPC_OK, nullptr,
+					EXPECT_EQ(zcrpc_server_call_reply_any_thread(h->c, ZCRPC_OK, nullptr,
 									      rep.data(), rep.size()),
 						  ZCRPC_OK);
 				});
@@ -430,7 +430,7 @@ void life_echo(Zcrpc__Pbtest__Test_Service *, const Zcrpc__Pbtest__All *in,
 void life_later(Zcrpc__Pbtest__Test_Service *, const Zcrpc__Pbtest__All *in,
 		Zcrpc__Pbtest__All_Closure closure, void *cd)
 {
-	const zcrpc_request *r = zcrpc_pb_server_request(cd);
+	const zcrpc_request *r = zcrpc_pb_server_get_request(cd);
 	auto h = std::make_shared<PbHeld>(
 		PbHeld{reinterpret_cast<ProtobufCClosure>(closure), cd, in, r ? Take(r) : Snap{}});
 	g_pb_held->emplace(NowNs() + DelayNs(*g_pb_rng), h);
@@ -509,7 +509,7 @@ bool AllDone(const std::vector<PbGot> &got)
 
 } // namespace
 
-// Item 2 through the protobuf-c glue: zcrpc_pb_server_request() at the time
+// Item 2 through the protobuf-c glue: zcrpc_pb_server_get_request() at the time
 // the closure runs, 1,000 calls, replied in random order from a timer and a
 // helper thread.
 TEST_F(CallLifetime, PbRequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheClosure)
@@ -523,7 +523,7 @@ TEST_F(CallLifetime, PbRequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheCl
 	for (int i = 0; i < kCalls; i++)
 		specs.emplace_back(i);
 	auto check = [&](const PbHeld &h) {
-		std::string d = Differs(zcrpc_pb_server_request(h.cd), h.snap);
+		std::string d = Differs(zcrpc_pb_server_get_request(h.cd), h.snap);
 		int i = IdxOf(h.snap);
 		if (d.empty() && (i < 0 || i >= kCalls || i != h.in->f_int32))
 			d = "metadata of another call";
@@ -543,7 +543,7 @@ TEST_F(CallLifetime, PbRequestViewOfThousandDeferredCallsStaysTheirOwnUntilTheCl
 			if (rig.rng() & 1) {
 				check(*h);
 				h->closure(&h->in->base, h->cd);
-				if (zcrpc_pb_server_request(h->cd))
+				if (zcrpc_pb_server_get_request(h->cd))
 					view_after_closure++;
 			} else {
 				rig.helper.Push([h, &check] {
@@ -600,7 +600,7 @@ TEST_F(CallLifetime, PbClosureCalledTwiceIsIgnoredAndCounted)
 	PbRig rig;
 	const int n = 30;
 	size_t twice_seen = 0;
-	uint64_t ignored0 = zcrpc_pb_server_closures_ignored();
+	uint64_t ignored0 = zcrpc_pb_server_get_closures_ignored();
 	std::atomic<bool> late_done{false};
 	rig.server.on_tick = [&] {
 		// The late second calls, once every call was answered and more
@@ -644,7 +644,7 @@ TEST_F(CallLifetime, PbClosureCalledTwiceIsIgnoredAndCounted)
 	zcrpc_server_stats st = rig.server.Stats();
 	EXPECT_EQ(st.running, 0u);
 	EXPECT_EQ(st.replies, static_cast<uint64_t>(2 * n));
-	uint64_t ignored = zcrpc_pb_server_closures_ignored() - ignored0;
+	uint64_t ignored = zcrpc_pb_server_get_closures_ignored() - ignored0;
 	EXPECT_EQ(ignored, static_cast<uint64_t>(n));
 	protobuf_c_service_destroy(svc);
 	printf("second closure calls: %d, ignored and counted: %llu; replies %llu for %d calls\n",
@@ -664,20 +664,20 @@ TEST_F(CallLifetime, InvalidStatusBecomesUnknownAndBadRepliesStillFreeTheCall)
 		zcrpc_reply_opts o{};
 		zcrpc_status st;
 		if (what == "status17") {
-			st = zcrpc_call_reply(c, static_cast<zcrpc_status>(17), "seventeen", nullptr, 0,
+			st = zcrpc_server_call_reply(c, static_cast<zcrpc_status>(17), "seventeen", nullptr, 0,
 					      nullptr);
 		} else if (what == "status-1") {
-			st = zcrpc_call_reply(c, static_cast<zcrpc_status>(-1), nullptr, nullptr, 0,
+			st = zcrpc_server_call_reply(c, static_cast<zcrpc_status>(-1), nullptr, nullptr, 0,
 					      nullptr);
 		} else if (what == "shortopts") {
 			o.size = 1;
-			st = zcrpc_call_reply(c, ZCRPC_OK, nullptr, "x", 1, &o);
+			st = zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, "x", 1, &o);
 		} else if (what == "nulldata") {
-			st = zcrpc_call_reply(c, ZCRPC_OK, nullptr, nullptr, 5, nullptr);
+			st = zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, nullptr, 5, nullptr);
 		} else if (what == "nullfill") {
-			st = zcrpc_call_reply_fill(c, 5, nullptr, nullptr, nullptr);
+			st = zcrpc_server_call_reply_fill(c, 5, nullptr, nullptr, nullptr);
 		} else {
-			st = zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+			st = zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
 		}
 		returned.push_back(st);
 	};
@@ -756,7 +756,7 @@ TEST_F(CallLifetime, LongStatusMessageArrivesCutAtACharacterBoundary)
 	LifeServer server;
 	server.on_hold = [&](zcrpc_server_call *c, const zcrpc_request *r) {
 		std::string m(static_cast<const char *>(r->data), r->len);
-		zcrpc_call_reply(c, ZCRPC_NOT_FOUND, m.c_str(), nullptr, 0, nullptr);
+		zcrpc_server_call_reply(c, ZCRPC_NOT_FOUND, m.c_str(), nullptr, 0, nullptr);
 	};
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl(env_.addr0, server.port());
@@ -792,7 +792,7 @@ TEST_F(CallLifetime, LongStatusMessageArrivesCutAtACharacterBoundary)
 
 // Item 17: a handler hands its call to a helper thread, which watches
 // zcrpc_server_call_cancelled() and replies with
-// zcrpc_call_reply_any_thread(); zcrpc_server_shutdown() waits within its
+// zcrpc_server_call_reply_any_thread(); zcrpc_server_shutdown() waits within its
 // grace for replies made from helper threads; when the grace is too short,
 // the helpers see their calls cancelled, reply, and the application waits
 // for `running` to reach 0 before zcrpc_server_destroy (rpc.h).
@@ -815,7 +815,7 @@ TEST_F(CallLifetime, OffThreadRepliesSeeCancellationAndShutdownWaitsForThem)
 				if (zcrpc_server_call_cancelled(c))
 					saw_cancel++;
 			}
-			EXPECT_EQ(zcrpc_call_reply_any_thread(c, ZCRPC_OK, nullptr, what.data(),
+			EXPECT_EQ(zcrpc_server_call_reply_any_thread(c, ZCRPC_OK, nullptr, what.data(),
 							      what.size()),
 				  ZCRPC_OK);
 			replied++;
@@ -877,7 +877,7 @@ TEST_F(CallLifetime, OffThreadRepliesSeeCancellationAndShutdownWaitsForThem)
 				std::this_thread::sleep_for(1ms);
 			if (zcrpc_server_call_cancelled(c))
 				saw_cancel++;
-			zcrpc_call_reply_any_thread(c, ZCRPC_OK, nullptr, "late", 4);
+			zcrpc_server_call_reply_any_thread(c, ZCRPC_OK, nullptr, "late", 4);
 			replied++;
 		});
 	};

@@ -100,8 +100,8 @@ TEST_F(Connect, AcceptAndThousandPingPongsVerified)
 	ASSERT_EQ(StartConnect(w, cl, env_.addr0, server.port()), ZCRPC_OK);
 	EXPECT_EQ(cl.state_calls, 0) << "callback ran inside zcrpc_connect";
 	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.established || cl.closed; }, Scaled(10000)));
-	ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
-	ASSERT_EQ(zcrpc_conn_state_get(cl.conn), ZCRPC_CONN_ESTABLISHED);
+	ASSERT_EQ(cl.established, 1) << zcrpc_conn_get_error(cl.conn);
+	ASSERT_EQ(zcrpc_conn_get_state(cl.conn), ZCRPC_CONN_ESTABLISHED);
 
 	zcrpc_conn_stats s;
 	zcrpc_conn_get_stats(cl.conn, &s, sizeof(s));
@@ -125,7 +125,7 @@ TEST_F(Connect, AcceptAndThousandPingPongsVerified)
 
 	zcrpc_conn_close(cl.conn);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.closed > 0; }, Scaled(5000)));
-	EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_get_error(cl.conn);
 	auto until = steady_clock::now() + Scaled(5000);
 	while (server.closed() == 0 && steady_clock::now() < until)
 		std::this_thread::sleep_for(1ms);
@@ -146,12 +146,12 @@ TEST_F(Connect, SecondClientWhileFirstIsConnected)
 	Client a, b;
 	ASSERT_EQ(StartConnect(w, a, env_.addr0, server.port()), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return a.established || a.closed; }, Scaled(10000)));
-	ASSERT_EQ(a.established, 1) << zcrpc_conn_error(a.conn);
+	ASSERT_EQ(a.established, 1) << zcrpc_conn_get_error(a.conn);
 	ASSERT_TRUE(RoundTrip(w, a, 100, 1));
 
 	ASSERT_EQ(StartConnect(w, b, env_.addr0, server.port()), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return b.established || b.closed; }, Scaled(10000)));
-	ASSERT_EQ(b.established, 1) << zcrpc_conn_error(b.conn);
+	ASSERT_EQ(b.established, 1) << zcrpc_conn_get_error(b.conn);
 	int ok = 0;
 	for (unsigned i = 0; i < 100; i++) {
 		ok += RoundTrip(w, a, 1 + i, i) ? 1 : 0;
@@ -205,7 +205,7 @@ TEST_F(Connect, OrderlyCloseAndDestroyReadOkAtTheServerAnOlderClientAsBefore)
 		ASSERT_EQ(StartConnect(k.w, cl, env_.addr0, server.port()), ZCRPC_OK);
 		ASSERT_TRUE(ProgressUntil(k.w, [&] { return cl.established || cl.closed; },
 					  Scaled(10000)));
-		ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+		ASSERT_EQ(cl.established, 1) << zcrpc_conn_get_error(cl.conn);
 		for (unsigned i = 0; i < 20; i++)
 			ASSERT_TRUE(RoundTrip(k.w, cl, 1 + 100 * i, i));
 		if (k.destroy) {
@@ -213,8 +213,8 @@ TEST_F(Connect, OrderlyCloseAndDestroyReadOkAtTheServerAnOlderClientAsBefore)
 		} else {
 			zcrpc_conn_close(cl.conn);
 			ASSERT_TRUE(ProgressUntil(k.w, [&] { return cl.closed > 0; }, Scaled(5000)));
-			EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_error(cl.conn);
-			EXPECT_STREQ(zcrpc_conn_error(cl.conn), "closed");
+			EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_get_error(cl.conn);
+			EXPECT_STREQ(zcrpc_conn_get_error(cl.conn), "closed");
 			zcrpc_conn_destroy(cl.conn);
 		}
 		ASSERT_TRUE(server_closes(++n));
@@ -244,12 +244,12 @@ TEST_F(Connect, PortNobodyListensOnIsUnavailableQuickly)
 	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.closed > 0; }, Scaled(3000)))
 		<< "no answer to a connect to a closed port";
 	auto took = duration_cast<milliseconds>(steady_clock::now() - t0);
-	EXPECT_EQ(cl.close_status, ZCRPC_UNAVAILABLE) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.close_status, ZCRPC_UNAVAILABLE) << zcrpc_conn_get_error(cl.conn);
 	EXPECT_EQ(cl.established, 0);
 	EXPECT_EQ(cl.closed, 1);
 	EXPECT_LT(took, Scaled(3000));
-	EXPECT_NE(std::string(zcrpc_conn_error(cl.conn)).find("refused"), std::string::npos)
-		<< zcrpc_conn_error(cl.conn);
+	EXPECT_NE(std::string(zcrpc_conn_get_error(cl.conn)).find("refused"), std::string::npos)
+		<< zcrpc_conn_get_error(cl.conn);
 	EXPECT_EQ(zcrpc_conn_send(cl.conn, "x", 1), ZCRPC_FAILED_PRECONDITION);
 	zcrpc_conn_destroy(cl.conn);
 	zcrpc_worker_destroy(w);
@@ -269,7 +269,7 @@ TEST_F(Connect, DeadlineToAnAddressThatNeverAnswers)
 		zcrpc_worker_progress(w, 1000);
 	auto took = duration_cast<milliseconds>(steady_clock::now() - t0);
 	ASSERT_EQ(cl.closed, 1);
-	EXPECT_EQ(cl.close_status, ZCRPC_DEADLINE_EXCEEDED) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.close_status, ZCRPC_DEADLINE_EXCEEDED) << zcrpc_conn_get_error(cl.conn);
 	EXPECT_GE(took, milliseconds(deadline_ms));
 	EXPECT_LE(took, milliseconds(deadline_ms) + Scaled(1000));
 	zcrpc_conn_destroy(cl.conn);
@@ -327,7 +327,7 @@ TEST_F(Connect, CreditsNeverRunOutWhenTheReceiverKeepsUp)
 	}
 	EXPECT_EQ(sent, total);
 	EXPECT_EQ(cl.replies, total);
-	EXPECT_EQ(cl.closed, 0) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.closed, 0) << zcrpc_conn_get_error(cl.conn);
 	int64_t rnr1 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
 	EXPECT_EQ(rnr1, rnr0) << "receiver-not-ready happened";
 	zcrpc_conn_destroy(cl.conn);
@@ -382,7 +382,7 @@ TEST_F(Connect, ServerRejectsAWrongProtocolVersion)
 	Client cl;
 	ASSERT_EQ(StartConnect(w, cl, env_.addr0, server.port()), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.established || cl.closed; }, Scaled(10000)));
-	EXPECT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.established, 1) << zcrpc_conn_get_error(cl.conn);
 	EXPECT_TRUE(RoundTrip(w, cl, 10, 1));
 	EXPECT_EQ(server.accepted(), 1);
 	zcrpc_conn_destroy(cl.conn);
@@ -399,7 +399,7 @@ TEST_F(Connect, OverIpv6)
 	Client cl;
 	ASSERT_EQ(StartConnect(w, cl, env_.addr0_v6, server.port()), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.established || cl.closed; }, Scaled(10000)));
-	ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+	ASSERT_EQ(cl.established, 1) << zcrpc_conn_get_error(cl.conn);
 	int ok = 0;
 	for (unsigned i = 0; i < 100; i++)
 		ok += RoundTrip(w, cl, 1 + i * 40, i) ? 1 : 0;
@@ -426,7 +426,7 @@ TEST_F(Connect, BoundSourceAddressCrossesTheVethPair)
 				&cl.conn),
 		  ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.established || cl.closed; }, Scaled(10000)));
-	ASSERT_EQ(cl.established, 1) << zcrpc_conn_error(cl.conn);
+	ASSERT_EQ(cl.established, 1) << zcrpc_conn_get_error(cl.conn);
 	int ok = 0;
 	for (unsigned i = 0; i < 200; i++)
 		ok += RoundTrip(w, cl, 64, i) ? 1 : 0;

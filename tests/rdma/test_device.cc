@@ -130,7 +130,7 @@ struct Peer {
 			p->closed++;
 			if (s == ZCRPC_UNAVAILABLE)
 				p->unavailable++;
-			if (std::strstr(zcrpc_conn_error(c), "device removed"))
+			if (std::strstr(zcrpc_conn_get_error(c), "device removed"))
 				p->removed++;
 		};
 		h.on_recv = [](zcrpc_conn *c, const void *d, size_t n, void *a) {
@@ -198,7 +198,7 @@ bool ProgressBoth(Peer &a, Peer &b, const std::function<bool()> &done, milliseco
 bool ConnectAndEcho(Peer &srv, Peer &cli, const std::string &srv_addr,
 		    const std::string &cli_addr, int n)
 {
-	uint16_t port = zcrpc_listener_port(srv.l);
+	uint16_t port = zcrpc_listener_get_port(srv.l);
 	const int est0 = cli.established, closed0 = cli.closed;
 	size_t first = cli.conns.size();
 	for (int i = 0; i < n; i++)
@@ -210,10 +210,10 @@ bool ConnectAndEcho(Peer &srv, Peer &cli, const std::string &srv_addr,
 	    cli.established - est0 != n) {
 		std::printf("established %d closed %d of %d\n", cli.established, cli.closed, n);
 		for (auto *c : cli.conns)
-			if (zcrpc_conn_state_get(c) == ZCRPC_CONN_CLOSED)
+			if (zcrpc_conn_get_state(c) == ZCRPC_CONN_CLOSED)
 				std::printf("connect failed: %s: %s\n",
-					    zcrpc_status_str(zcrpc_conn_status(c)),
-					    zcrpc_conn_error(c));
+					    zcrpc_status_str(zcrpc_conn_get_status(c)),
+					    zcrpc_conn_get_error(c));
 		return false;
 	}
 	int before = cli.recvd;
@@ -351,16 +351,16 @@ TEST_F(Device, PortDownFailsConnectsFastAndTrafficRecoversWhenItComesBack)
 		// A connect during the outage: UNAVAILABLE, quickly.
 		int closed0 = cli.closed, unavail0 = cli.unavailable;
 		auto t0 = steady_clock::now();
-		ASSERT_TRUE(cli.Connect(env_.addr1, zcrpc_listener_port(srv.l), env_.addr0));
+		ASSERT_TRUE(cli.Connect(env_.addr1, zcrpc_listener_get_port(srv.l), env_.addr0));
 		EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.closed > closed0; },
 					 Scaled(5000)));
 		double secs = duration<double>(steady_clock::now() - t0).count();
 		EXPECT_EQ(cli.closed, closed0 + 1);
 		EXPECT_EQ(cli.unavailable, unavail0 + 1)
-			<< zcrpc_conn_error(cli.conns.back());
+			<< zcrpc_conn_get_error(cli.conns.back());
 		EXPECT_LT(secs, 5.0 * TimeScale()); // the connect deadline is 10 s
 		std::printf("connect while down: %s after %.3f s\n",
-			    zcrpc_conn_error(cli.conns.back()), secs);
+			    zcrpc_conn_get_error(cli.conns.back()), secs);
 
 		std::this_thread::sleep_until(down_at + 3s);
 		ASSERT_EQ(std::system(("ip link set " + netdev + " up").c_str()), 0);
@@ -401,15 +401,15 @@ TEST_F(Device, InjectedQpFatalAndCqErrorFailOnlyTheirConnection)
 		ASSERT_EQ(zcrpc__worker_test_async_event(srv.w, victim, IBV_EVENT_QP_FATAL),
 			  ZCRPC_OK);
 		EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.closed >= 1; }, Scaled(5000)));
-		EXPECT_EQ(zcrpc_conn_state_get(victim), ZCRPC_CONN_CLOSED);
-		EXPECT_EQ(zcrpc_conn_status(victim), ZCRPC_UNAVAILABLE);
-		EXPECT_NE(std::strstr(zcrpc_conn_error(victim), "async event"), nullptr)
-			<< zcrpc_conn_error(victim);
+		EXPECT_EQ(zcrpc_conn_get_state(victim), ZCRPC_CONN_CLOSED);
+		EXPECT_EQ(zcrpc_conn_get_status(victim), ZCRPC_UNAVAILABLE);
+		EXPECT_NE(std::strstr(zcrpc_conn_get_error(victim), "async event"), nullptr)
+			<< zcrpc_conn_get_error(victim);
 		// A CQ error on the owner's own worker.
 		ASSERT_EQ(zcrpc__worker_test_async_event(cli.w, victim2, IBV_EVENT_CQ_ERR),
 			  ZCRPC_OK);
 		EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.closed >= 2; }, Scaled(5000)));
-		EXPECT_EQ(zcrpc_conn_status(victim2), ZCRPC_UNAVAILABLE);
+		EXPECT_EQ(zcrpc_conn_get_status(victim2), ZCRPC_UNAVAILABLE);
 		// Each failed once; the third connection still echoes.
 		ProgressBoth(srv, cli, [] { return false; }, 300ms);
 		EXPECT_EQ(cli.closed, 2);
@@ -458,18 +458,18 @@ TEST_F(Device, RealCqOverrunFailsOnlyItsConnection)
 		zcrpc_worker_progress(cli.w, 0);
 	EXPECT_EQ(cli.closed, 1) << "the overrun was not reported";
 	srv.echo = true;
-	EXPECT_EQ(zcrpc_conn_state_get(small), ZCRPC_CONN_CLOSED);
-	EXPECT_EQ(zcrpc_conn_status(small), ZCRPC_UNAVAILABLE);
-	EXPECT_NE(std::strstr(zcrpc_conn_error(small), "CQ error"), nullptr)
-		<< zcrpc_conn_error(small);
+	EXPECT_EQ(zcrpc_conn_get_state(small), ZCRPC_CONN_CLOSED);
+	EXPECT_EQ(zcrpc_conn_get_status(small), ZCRPC_UNAVAILABLE);
+	EXPECT_NE(std::strstr(zcrpc_conn_get_error(small), "CQ error"), nullptr)
+		<< zcrpc_conn_get_error(small);
 	EXPECT_GT(cli.AsyncEvents() + srv.AsyncEvents(), events0);
-	std::printf("[T19] %d sends into a 4-entry CQ: %s\n", sent, zcrpc_conn_error(small));
+	std::printf("[T19] %d sends into a 4-entry CQ: %s\n", sent, zcrpc_conn_get_error(small));
 
 	// Exactly that connection failed; the other one still echoes.
 	ProgressBoth(srv, cli, [] { return false; }, 300ms);
 	EXPECT_EQ(cli.closed, 1);
 	EXPECT_EQ(cli.unavailable, 1);
-	EXPECT_EQ(zcrpc_conn_state_get(normal), ZCRPC_CONN_ESTABLISHED);
+	EXPECT_EQ(zcrpc_conn_get_state(normal), ZCRPC_CONN_ESTABLISHED);
 	int before = cli.recvd;
 	ASSERT_EQ(zcrpc_conn_send(normal, "still", 5), ZCRPC_OK);
 	EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.recvd == before + 1; }, Scaled(5000)));

@@ -245,7 +245,7 @@ struct Peer {
 		if (s == ZCRPC_CONN_CLOSED) {
 			p->closed++;
 			p->why = st;
-			p->error = zcrpc_conn_error(c);
+			p->error = zcrpc_conn_get_error(c);
 		}
 	}
 	static void OnRecv(zcrpc_conn *, const void *, size_t, void *a)
@@ -274,7 +274,7 @@ TEST_F(Faults, FlowControlOffSurfacesRnrAndClosesOnlyThatConnection)
 {
 	PausableEcho server;
 	ASSERT_TRUE(server.Start(env_.addr0));
-	uint16_t port = zcrpc_listener_port(server.l);
+	uint16_t port = zcrpc_listener_get_port(server.l);
 	zcrpc_worker_opts wo;
 	zcrpc_worker_opts_init(&wo);
 	ASSERT_EQ(wo.rnr_retry_count, 0);
@@ -408,7 +408,7 @@ TEST_F(Faults, RefusedConnectLeavesEveryRdmaResourceAtItsBaseline)
 
 namespace {
 // The server's view of its connections: on_connect / on_disconnect with
-// the status and zcrpc_conn_error(), recorded on the server's thread.
+// the status and zcrpc_conn_get_error(), recorded on the server's thread.
 struct Ends {
 	std::mutex mu;
 	std::vector<zcrpc_conn *> live;
@@ -424,7 +424,7 @@ struct Ends {
 	{
 		auto *e = static_cast<Ends *>(a);
 		std::lock_guard<std::mutex> g(e->mu);
-		e->ended.emplace_back(why, zcrpc_conn_error(c));
+		e->ended.emplace_back(why, zcrpc_conn_get_error(c));
 		for (size_t i = 0; i < e->live.size(); i++)
 			if (e->live[i] == c)
 				e->live.erase(e->live.begin() + static_cast<long>(i));

@@ -124,7 +124,7 @@ struct End {
 		if (st == ZCRPC_CONN_CLOSED) {
 			e->closed = true;
 			e->close_status = s;
-			e->close_why = zcrpc_conn_error(c);
+			e->close_why = zcrpc_conn_get_error(c);
 		}
 	}
 	static void OnRecv(zcrpc_conn *c, const void *data, size_t len, void *a)
@@ -194,10 +194,10 @@ void WriteWithImm(End &from, End &to, bool pieces_of_4k)
 	std::vector<uint8_t> src = Pattern(kSplit, 0x5a), dst(kSplit, 0);
 	zcrpc_mr *smr = nullptr, *dmr = nullptr;
 	zcrpc_grant *g = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(from.w), src.data(), src.size(), 0,
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(from.w), src.data(), src.size(), 0,
 				    &smr),
 		  ZCRPC_OK);
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(to.w), dst.data(), dst.size(),
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(to.w), dst.data(), dst.size(),
 				    ZCRPC_MR_REMOTE_WRITE, &dmr),
 		  ZCRPC_OK);
 	zcrpc_remote_region r{};
@@ -258,7 +258,7 @@ void RawConnection(const RxeEnv &env, const Case &k, bool server_closes, bool ke
 	}
 	zcrpc_listener *l = nullptr;
 	ASSERT_EQ(zcrpc_listen(sv.w, env.addr0.c_str(), "0", &lo, &l), ZCRPC_OK);
-	const std::string port = std::to_string(zcrpc_listener_port(l));
+	const std::string port = std::to_string(zcrpc_listener_get_port(l));
 	zcrpc_conn_handlers ch = cl.Handlers();
 	// Both hellos announce 4 KiB pieces; then each side's own limit is
 	// the device's again.
@@ -269,7 +269,7 @@ void RawConnection(const RxeEnv &env, const Case &k, bool server_closes, bool ke
 	zcrpc__test_write_piece(0);
 	ASSERT_EQ(st, ZCRPC_OK);
 	ASSERT_TRUE(up) << "connection not up";
-	ASSERT_FALSE(cl.closed) << zcrpc_conn_error(cl.conn);
+	ASSERT_FALSE(cl.closed) << zcrpc_conn_get_error(cl.conn);
 
 	// PIECE: 4 KiB when both use it; else each side's own (the device's).
 	const size_t pc = zcrpc_conn_write_piece(cl.conn), ps = zcrpc_conn_write_piece(sv.conn);
@@ -374,7 +374,7 @@ public:
 		zcrpc_server_destroy(s);
 		zcrpc_worker_destroy(w);
 	}
-	std::string port() const { return std::to_string(zcrpc_server_port(s)); }
+	std::string port() const { return std::to_string(zcrpc_server_get_port(s)); }
 	zcrpc_server_stats Stats() const
 	{
 		zcrpc_server_stats st;
@@ -389,7 +389,7 @@ private:
 		o.size = sizeof(o);
 		if (r->attachment_len)
 			o.attachment = &r->attachment_mr;
-		EXPECT_EQ(zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o), ZCRPC_OK);
 	}
 	static void Hold(zcrpc_server_call *c, const zcrpc_request *, void *a)
 	{
@@ -460,7 +460,7 @@ void RpcCase(const RxeEnv &env, const Case &k)
 	// A bulk part from registered memory, echoed back in place.
 	std::vector<uint8_t> att = Pattern(50000, 6);
 	zcrpc_mr *mr = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(w), att.data(), att.size(), 0, &mr),
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(w), att.data(), att.size(), 0, &mr),
 		  ZCRPC_OK);
 	zcrpc_bulk b = {mr, 0, att.size()};
 	EchoCall(ch, Pattern(100, 7), &b, att);
@@ -478,7 +478,7 @@ void RpcCase(const RxeEnv &env, const Case &k)
 			 [&] { return d.done && zcrpc_server_call_cancelled(srv.held.load()); },
 			 Scaled(5000)));
 	EXPECT_EQ(d.status, ZCRPC_CANCELLED);
-	ASSERT_EQ(zcrpc_call_reply_any_thread(srv.held.load(), ZCRPC_OK, nullptr, nullptr, 0),
+	ASSERT_EQ(zcrpc_server_call_reply_any_thread(srv.held.load(), ZCRPC_OK, nullptr, nullptr, 0),
 		  ZCRPC_OK);
 	EchoCall(ch, Pattern(30, 9), nullptr, {}); // the connection is fine after it
 

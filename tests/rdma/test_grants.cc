@@ -51,7 +51,7 @@ struct Peer {
 			if (st == ZCRPC_CONN_CLOSED) {
 				p->closed++;
 				p->close_status = s;
-				p->error = zcrpc_conn_error(c);
+				p->error = zcrpc_conn_get_error(c);
 			}
 		};
 		h.on_recv = [](zcrpc_conn *, const void *d, size_t n, void *a) {
@@ -112,11 +112,11 @@ public:
 		if (zcrpc_worker_create(nullptr, &tw) != ZCRPC_OK ||
 		    zcrpc_worker_create(nullptr, &ww) != ZCRPC_OK)
 			return false;
-		if (zcrpc_mr_register(zcrpc_worker_context(tw), target.get(), kBuf,
+		if (zcrpc_mr_register(zcrpc_worker_get_context(tw), target.get(), kBuf,
 				      ZCRPC_MR_REMOTE_WRITE, &tmr) != ZCRPC_OK ||
-		    zcrpc_mr_register(zcrpc_worker_context(ww), src.get(), kBuf, 0, &smr) !=
+		    zcrpc_mr_register(zcrpc_worker_get_context(ww), src.get(), kBuf, 0, &smr) !=
 			    ZCRPC_OK ||
-		    zcrpc_mr_register(zcrpc_worker_context(tw), target.get() + 8192, 8192,
+		    zcrpc_mr_register(zcrpc_worker_get_context(tw), target.get() + 8192, 8192,
 				      ZCRPC_MR_REMOTE_WRITE, &emr) != ZCRPC_OK)
 			return false;
 		zcrpc_listen_opts lo;
@@ -133,7 +133,7 @@ public:
 		lo.arg = this;
 		if (zcrpc_listen(tw, addr.c_str(), "0", &lo, &l) != ZCRPC_OK)
 			return false;
-		port = zcrpc_listener_port(l);
+		port = zcrpc_listener_get_port(l);
 		return true;
 	}
 	~Rig()
@@ -437,12 +437,12 @@ struct Srv {
 	}
 	static void OnAck(zcrpc_server_call *c, const zcrpc_request *, void *)
 	{
-		zcrpc_call_reply(c, ZCRPC_OK, nullptr, nullptr, 0, nullptr);
+		zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, nullptr, 0, nullptr);
 	}
 	static void OnBig(zcrpc_server_call *c, const zcrpc_request *, void *a)
 	{
 		auto *s = static_cast<Srv *>(a);
-		zcrpc_call_reply(c, ZCRPC_OK, nullptr, s->big.data(), s->big.size(), nullptr);
+		zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, s->big.data(), s->big.size(), nullptr);
 	}
 	zcrpc_server_stats Stats() const
 	{
@@ -465,7 +465,7 @@ struct RawClient {
 		for (size_t k = 0; k < 2 * kBuf; k++)
 			src[k] = static_cast<uint8_t>(k < kBuf ? 0xa0 + (k & 7) : 0x30 + (k & 7));
 		if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK ||
-		    zcrpc_mr_register(zcrpc_worker_context(w), src.get(), 2 * kBuf, 0, &smr) !=
+		    zcrpc_mr_register(zcrpc_worker_get_context(w), src.get(), 2 * kBuf, 0, &smr) !=
 			    ZCRPC_OK)
 			return false;
 		auto h = p.Handlers();
@@ -554,7 +554,7 @@ TEST_F(Grants, HandlerSeesBulkDataOnlyAfterTheWindowIsRevoked)
 	ASSERT_TRUE(srv.Start(env_.addr0));
 	for (int racing = 0; racing < 2; racing++) {
 		RawClient rc;
-		ASSERT_TRUE(rc.Start(env_.addr0, zcrpc_server_port(srv.s)));
+		ASSERT_TRUE(rc.Start(env_.addr0, zcrpc_server_get_port(srv.s)));
 		std::vector<zcrpc_worker *> ws{srv.w, rc.w};
 		ASSERT_TRUE(Drive(ws, [&] { return rc.p.established || rc.p.closed; }, Scaled(10000)));
 		ASSERT_EQ(rc.p.established, 1);
@@ -583,7 +583,7 @@ TEST_F(Grants, HandlerSeesBulkDataOnlyAfterTheWindowIsRevoked)
 		for (auto &h : srv.held) {
 			EXPECT_EQ(std::memcmp(h.data, h.seen.data(), h.seen.size()), 0)
 				<< "the data changed after the handler saw it";
-			EXPECT_EQ(zcrpc_call_reply(h.call, ZCRPC_OK, nullptr, nullptr, 0, nullptr),
+			EXPECT_EQ(zcrpc_server_call_reply(h.call, ZCRPC_OK, nullptr, nullptr, 0, nullptr),
 				  ZCRPC_UNAVAILABLE);
 		}
 	}
@@ -592,7 +592,7 @@ TEST_F(Grants, HandlerSeesBulkDataOnlyAfterTheWindowIsRevoked)
 	ASSERT_EQ(zcrpc_worker_create(nullptr, &cw), ZCRPC_OK);
 	zcrpc_channel *ch = nullptr;
 	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(),
-				       std::to_string(zcrpc_server_port(srv.s)).c_str(), nullptr, &ch),
+				       std::to_string(zcrpc_server_get_port(srv.s)).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	Result res;
 	std::vector<uint8_t> req(kBuf, 0x77);
@@ -617,12 +617,12 @@ TEST_F(Grants, T14LateWritesAfterCompletedOrCancelledCallsFail)
 	ASSERT_EQ(zcrpc_worker_create(nullptr, &cw), ZCRPC_OK);
 	zcrpc_channel *ch = nullptr;
 	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(),
-				       std::to_string(zcrpc_server_port(srv.s)).c_str(), nullptr, &ch),
+				       std::to_string(zcrpc_server_get_port(srv.s)).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	for (int cancelled = 0; cancelled < 2; cancelled++) {
 		const char *what = cancelled ? "cancelled" : "completed";
 		RawClient rc;
-		ASSERT_TRUE(rc.Start(env_.addr0, zcrpc_server_port(srv.s)));
+		ASSERT_TRUE(rc.Start(env_.addr0, zcrpc_server_get_port(srv.s)));
 		std::vector<zcrpc_worker *> ws{srv.w, rc.w, cw};
 		ASSERT_TRUE(Drive(ws, [&] { return rc.p.established || rc.p.closed; }, Scaled(10000)));
 		zcrpc_frame g;
@@ -671,7 +671,7 @@ TEST_F(Grants, T14LateWritesAfterCompletedOrCancelledCallsFail)
 			<< what << ": the reused buffer changed";
 		ASSERT_TRUE(Drive(ws, [&] { return srv.disconnects == cancelled + 1; }, Scaled(10000)));
 		// The channel's call completes normally.
-		ASSERT_EQ(zcrpc_call_reply(srv.held[0].call, ZCRPC_OK, nullptr, req.data(), 16,
+		ASSERT_EQ(zcrpc_server_call_reply(srv.held[0].call, ZCRPC_OK, nullptr, req.data(), 16,
 					   nullptr),
 			  ZCRPC_OK);
 		ASSERT_TRUE(Drive(ws, [&] { return res.calls > 0; }, Scaled(10000)));
@@ -697,7 +697,7 @@ TEST_F(Grants, ThousandRandomCancelsAndTimeoutsRacingBulkRepliesKeepTheConnectio
 	ASSERT_EQ(zcrpc_worker_create(nullptr, &cw), ZCRPC_OK);
 	zcrpc_channel *ch = nullptr;
 	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(),
-				       std::to_string(zcrpc_server_port(srv.s)).c_str(), nullptr, &ch),
+				       std::to_string(zcrpc_server_get_port(srv.s)).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	std::vector<zcrpc_worker *> ws{srv.w, cw};
 	const int n = 1000;
@@ -845,7 +845,7 @@ TEST_F(Grants, T14ReplyIntoIsHandedBackOnlyAfterRevocationWhenTheCallTimesOut)
 	for (size_t k = 0; k < 2 * kBuf; k++)
 		ssrc[k] = static_cast<uint8_t>(k < kBuf ? 0x10 + (k & 15) : 0x60 + (k & 15));
 	zcrpc_mr *smr = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(sw), ssrc.get(), 2 * kBuf, 0, &smr),
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(sw), ssrc.get(), 2 * kBuf, 0, &smr),
 		  ZCRPC_OK);
 	std::unique_ptr<Peer> sp;
 	zcrpc_listen_opts lo;
@@ -866,12 +866,12 @@ TEST_F(Grants, T14ReplyIntoIsHandedBackOnlyAfterRevocationWhenTheCallTimesOut)
 	std::unique_ptr<uint8_t[]> mem(new uint8_t[3 * kBuf]);
 	std::memset(mem.get(), kCanary, 3 * kBuf);
 	zcrpc_mr *dmr = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(cw), mem.get(), 3 * kBuf,
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(cw), mem.get(), 3 * kBuf,
 				    ZCRPC_MR_REMOTE_WRITE, &dmr),
 		  ZCRPC_OK);
 	zcrpc_channel *ch = nullptr;
 	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(),
-				       std::to_string(zcrpc_listener_port(l)).c_str(), nullptr, &ch),
+				       std::to_string(zcrpc_listener_get_port(l)).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	std::vector<zcrpc_worker *> ws{sw, cw};
 	zcrpc_bulk into{dmr, kBuf, kBuf};

@@ -154,13 +154,13 @@ TEST_F(Handoff, APostWakesAWorkerAsleepOnItsFd)
 	EXPECT_GE(slept, 150) << "progress returned before the post";
 	EXPECT_LT(slept, 2500) << "the post did not wake the sleeping worker";
 
-	// Asleep in the application's own poll on zcrpc_worker_fd().
+	// Asleep in the application's own poll on zcrpc_worker_get_fd().
 	ASSERT_EQ(zcrpc_worker_arm(wk.w), ZCRPC_OK);
 	std::thread poster2([&] {
 		std::this_thread::sleep_for(200ms);
 		EXPECT_EQ(zcrpc_worker_post(wk.w, Bump, &ran), ZCRPC_OK);
 	});
-	pollfd p{zcrpc_worker_fd(wk.w), POLLIN, 0};
+	pollfd p{zcrpc_worker_get_fd(wk.w), POLLIN, 0};
 	t0 = steady_clock::now();
 	int r = poll(&p, 1, 5000);
 	slept = duration_cast<milliseconds>(steady_clock::now() - t0).count();

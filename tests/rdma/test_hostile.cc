@@ -76,7 +76,7 @@ public:
 		});
 		return true;
 	}
-	uint16_t port() const { return zcrpc_server_port(s); }
+	uint16_t port() const { return zcrpc_server_get_port(s); }
 	// Stops the thread: from then on the caller owns the worker.
 	void Stop()
 	{
@@ -130,7 +130,7 @@ private:
 		o.size = sizeof(o);
 		if (r->attachment_len)
 			o.attachment = &r->attachment_mr;
-		zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o);
+		zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o);
 	}
 	std::atomic<bool> stop_{false};
 	std::thread thread_;
@@ -301,7 +301,7 @@ TEST_F(Hostile, GarbageFromOneClientNeverReachesAWellBehavedOne)
 		for (size_t k = 0; k < src_len; k++)
 			src[k] = Pat(99, k);
 		zcrpc_mr *src_mr = nullptr;
-		ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(hw), src.get(), src_len, 0, &src_mr),
+		ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(hw), src.get(), src_len, 0, &src_mr),
 			  ZCRPC_OK);
 
 		zcrpc_conn_handlers h{};

@@ -60,7 +60,7 @@ struct Side {
 				return;
 			sd->closed++;
 			sd->close_status = s;
-			sd->close_detail = zcrpc_conn_error(c);
+			sd->close_detail = zcrpc_conn_get_error(c);
 			sd->closed_at = steady_clock::now();
 			if (sd->destroy_on_close) {
 				zcrpc_conn_destroy(c);
@@ -90,7 +90,7 @@ struct Side {
 		lo.conn_handlers = &lh;
 		return zcrpc_listen(w, addr.c_str(), "0", &lo, &l) == ZCRPC_OK;
 	}
-	uint16_t Port() const { return zcrpc_listener_port(l); }
+	uint16_t Port() const { return zcrpc_listener_get_port(l); }
 	bool Connect(const std::string &addr, uint16_t port)
 	{
 		auto h = Handlers();
@@ -214,7 +214,7 @@ TEST_F(Keepalive, IdleConnectionStaysUpAndProbes)
 	srv.echo = true;
 	ASSERT_TRUE(srv.Listen(env_.addr0));
 	Runner runner(srv, 0); // the server busy-polls
-	ASSERT_TRUE(cl.Connect(env_.addr0, srv.Port())) << zcrpc_conn_error(cl.conn);
+	ASSERT_TRUE(cl.Connect(env_.addr0, srv.Port())) << zcrpc_conn_get_error(cl.conn);
 
 	// Idle for a second; the client sleeps in progress, so only its
 	// timer wakes it for the keepalive checks.
@@ -232,7 +232,7 @@ TEST_F(Keepalive, IdleConnectionStaysUpAndProbes)
 	EXPECT_LE(cs.keepalives_sent, static_cast<uint64_t>(idle_ms / (ka / 2) + 2));
 	EXPECT_GE(wakeups, 5) << "the keepalive timer did not wake the sleeping worker";
 	EXPECT_EQ(cl.WorkerStats().keepalives_sent, cs.keepalives_sent);
-	EXPECT_EQ(zcrpc_conn_state_get(cl.conn), ZCRPC_CONN_ESTABLISHED);
+	EXPECT_EQ(zcrpc_conn_get_state(cl.conn), ZCRPC_CONN_ESTABLISHED);
 	EXPECT_EQ(cl.closed, 0) << cl.close_detail;
 
 	// Traffic still flows.
@@ -248,7 +248,7 @@ TEST_F(Keepalive, IdleConnectionStaysUpAndProbes)
 	zcrpc_conn_stats ss = srv.ConnStats();
 	EXPECT_GT(ss.keepalives_sent, 0u);
 	EXPECT_EQ(srv.WorkerStats().keepalives_sent, ss.keepalives_sent);
-	EXPECT_EQ(zcrpc_conn_state_get(srv.conn), ZCRPC_CONN_ESTABLISHED);
+	EXPECT_EQ(zcrpc_conn_get_state(srv.conn), ZCRPC_CONN_ESTABLISHED);
 	EXPECT_EQ(srv.closed, 0) << srv.close_detail;
 	EXPECT_EQ(srv.recvd, 1);
 	// Every probe went on the wire.
@@ -330,13 +330,13 @@ TEST_F(Keepalive, KeepaliveOffMeansNoProbes)
 	srv.echo = true;
 	ASSERT_TRUE(srv.Listen(env_.addr0));
 	Runner runner(srv, 0);
-	ASSERT_TRUE(cl.Connect(env_.addr0, srv.Port())) << zcrpc_conn_error(cl.conn);
+	ASSERT_TRUE(cl.Connect(env_.addr0, srv.Port())) << zcrpc_conn_get_error(cl.conn);
 	auto t0 = steady_clock::now();
 	while (steady_clock::now() - t0 < 1s)
 		zcrpc_worker_progress(cl.w, 100);
 	EXPECT_EQ(cl.ConnStats().keepalives_sent, 0u);
 	EXPECT_EQ(cl.WorkerStats().keepalives_sent, 0u);
-	EXPECT_EQ(zcrpc_conn_state_get(cl.conn), ZCRPC_CONN_ESTABLISHED);
+	EXPECT_EQ(zcrpc_conn_get_state(cl.conn), ZCRPC_CONN_ESTABLISHED);
 	ASSERT_EQ(zcrpc_conn_send(cl.conn, "ping", 4), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.recvd > 0 || cl.closed > 0; },
 				  Scaled(5000)));

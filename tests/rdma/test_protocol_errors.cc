@@ -57,14 +57,14 @@ TEST_F(ProtocolErrors, TheServerCountsAMalformedFrameAndNamesItsReason)
 		auto *g = static_cast<Closed *>(a);
 		g->n++;
 		g->why = why;
-		g->text = zcrpc_conn_error(c);
+		g->text = zcrpc_conn_get_error(c);
 	};
 	zcrpc_server *s = nullptr;
 	ASSERT_EQ(zcrpc_server_create(w, &so, &s), ZCRPC_OK);
 	ASSERT_EQ(zcrpc_server_register(
 			  s, kEcho,
 			  [](zcrpc_server_call *c, const zcrpc_request *r, void *) {
-				  zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+				  zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
 			  },
 			  nullptr),
 		  ZCRPC_OK);
@@ -80,7 +80,7 @@ TEST_F(ProtocolErrors, TheServerCountsAMalformedFrameAndNamesItsReason)
 			*static_cast<int *>(a) = 1;
 	};
 	zcrpc_conn *raw = nullptr;
-	ASSERT_EQ(zcrpc_connect(w, env_.addr0.c_str(), std::to_string(zcrpc_server_port(s)).c_str(),
+	ASSERT_EQ(zcrpc_connect(w, env_.addr0.c_str(), std::to_string(zcrpc_server_get_port(s)).c_str(),
 				nullptr, &h, &raw),
 		  ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return up == 1; }, Scaled(10000)));
@@ -126,7 +126,7 @@ TEST_F(ProtocolErrors, TheClientCountsAMalformedReplyAndItsCallsCarryTheReason)
 
 	zcrpc_channel *ch = nullptr;
 	ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(),
-				       std::to_string(zcrpc_listener_port(l)).c_str(), nullptr, &ch),
+				       std::to_string(zcrpc_listener_get_port(l)).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	struct Res {
 		int n = 0;

@@ -78,7 +78,7 @@ public:
 		});
 		return true;
 	}
-	uint16_t port() const { return zcrpc_server_port(s); }
+	uint16_t port() const { return zcrpc_server_get_port(s); }
 	void Stop()
 	{
 		stop_ = true;
@@ -111,7 +111,7 @@ private:
 		o.size = sizeof(o);
 		if (r->attachment_len)
 			o.attachment = &r->attachment_mr;
-		EXPECT_EQ(zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, &o), ZCRPC_OK);
 	}
 	static void Hold(zcrpc_server_call *c, const zcrpc_request *r, void *a)
 	{
@@ -120,7 +120,7 @@ private:
 		if (self->on_hold)
 			self->on_hold(c, r);
 		else
-			zcrpc_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+			zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
 	}
 	std::atomic<bool> stop_{false};
 	std::thread thread_;
@@ -224,7 +224,7 @@ TEST_F(Rpc, EchoOfEverySizeIsExactAndBulkIsZeroCopy)
 	for (size_t k = 0; k < big; k++)
 		src[k] = Pat(64, k);
 	zcrpc_mr *smr = nullptr, *dmr = nullptr;
-	zcrpc_context *ctx = zcrpc_worker_context(cl.w);
+	zcrpc_context *ctx = zcrpc_worker_get_context(cl.w);
 	ASSERT_EQ(zcrpc_mr_register(ctx, src.get(), big, 0, &smr), ZCRPC_OK);
 	ASSERT_EQ(zcrpc_mr_register(ctx, dst.get(), big, ZCRPC_MR_REMOTE_WRITE, &dmr), ZCRPC_OK);
 	zcrpc_bulk a{smr, 0, big}, into{dmr, 0, big};
@@ -302,7 +302,7 @@ TEST_F(Rpc, ThousandTwentyFourCallsInFlightAtOnce)
 		if (static_cast<int>(held.size()) == n) {
 			// Every request is at the server at once: answer them all.
 			for (auto *h : held)
-				EXPECT_EQ(zcrpc_call_reply(h, ZCRPC_OK, nullptr, "ok", 2, nullptr),
+				EXPECT_EQ(zcrpc_server_call_reply(h, ZCRPC_OK, nullptr, "ok", 2, nullptr),
 					  ZCRPC_OK);
 			released = n;
 		}
@@ -359,7 +359,7 @@ TEST_F(Rpc, DeadlinesAndRequestsThatExpireBeforeTheyRun)
 	};
 	server.on_tick = [&] {
 		if (!held.empty() && steady_clock::now() >= hold_until) {
-			reply_status = zcrpc_call_reply(held[0], ZCRPC_OK, nullptr, "late", 4, nullptr);
+			reply_status = zcrpc_server_call_reply(held[0], ZCRPC_OK, nullptr, "late", 4, nullptr);
 			held.clear();
 		}
 	};
@@ -416,7 +416,7 @@ TEST_F(Rpc, CancelBeforeSendAtTheServerAndAfterTheReply)
 	server.on_tick = [&] {
 		for (size_t i = 0; i < held.size();) {
 			if (zcrpc_server_call_cancelled(held[i])) {
-				EXPECT_EQ(zcrpc_call_reply(held[i], ZCRPC_OK, nullptr, "z", 1, nullptr),
+				EXPECT_EQ(zcrpc_server_call_reply(held[i], ZCRPC_OK, nullptr, "z", 1, nullptr),
 					  ZCRPC_CANCELLED);
 				cancelled_seen++;
 				held.erase(held.begin() + static_cast<long>(i));
@@ -490,7 +490,7 @@ TEST_F(Rpc, AsyncReplyFromAnotherThread)
 		std::lock_guard<std::mutex> g(mu);
 		threads.emplace_back([c, copy] {
 			std::this_thread::sleep_for(5ms);
-			EXPECT_EQ(zcrpc_call_reply_any_thread(c, ZCRPC_OK, nullptr, copy.data(), copy.size()),
+			EXPECT_EQ(zcrpc_server_call_reply_any_thread(c, ZCRPC_OK, nullptr, copy.data(), copy.size()),
 				  ZCRPC_OK);
 		});
 	};
@@ -682,7 +682,7 @@ TEST_F(Rpc, GracefulShutdownDrainsAndTurnsNewCallsAway)
 					    auto *pp = static_cast<P *>(a);
 					    std::this_thread::sleep_for(100ms);
 					    for (auto *c : *pp->held)
-						    zcrpc_call_reply(c, ZCRPC_OK, nullptr, "done", 4,
+						    zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, "done", 4,
 								     nullptr);
 					    pp->held->clear();
 				    },

@@ -147,7 +147,7 @@ public:
 		lo.conn_handlers = &lh;
 		if (zcrpc_listen(w, addr.c_str(), "0", &lo, &l_) != ZCRPC_OK)
 			return false;
-		port = zcrpc_listener_port(l_);
+		port = zcrpc_listener_get_port(l_);
 		thread_ = std::thread([this] {
 			while (!stop_.load(std::memory_order_relaxed)) {
 				zcrpc_worker_progress(w, 0);
@@ -206,7 +206,7 @@ TEST_F(Transport, TenThousandMessagesFromOneByteToSlotSizeVerified)
 	};
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl;
-	ASSERT_TRUE(cl.Connect(env_.addr0, server.port)) << zcrpc_conn_error(cl.conn);
+	ASSERT_TRUE(cl.Connect(env_.addr0, server.port)) << zcrpc_conn_get_error(cl.conn);
 	int64_t sent0 = RxeCounter(env_, "sent_pkts");
 
 	const int total = 10000;
@@ -240,7 +240,7 @@ TEST_F(Transport, TenThousandMessagesFromOneByteToSlotSizeVerified)
 		zcrpc_worker_progress(cl.w, 0);
 	}
 	ASSERT_EQ(sent, total);
-	ASSERT_EQ(static_cast<int>(cl.got.size()), total) << zcrpc_conn_error(cl.conn);
+	ASSERT_EQ(static_cast<int>(cl.got.size()), total) << zcrpc_conn_get_error(cl.conn);
 	int bad = 0;
 	for (int i = 0; i < total; i++) {
 		const auto &g = cl.got[static_cast<size_t>(i)];
@@ -301,7 +301,7 @@ TEST_F(Transport, WriteWithImmediate64MiBFromUserMemoryVerified)
 		src[k] = Pattern(7, k);
 	Client cl;
 	zcrpc_mr *smr = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(cl.w), src.get(), size, 0, &smr), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(cl.w), src.get(), size, 0, &smr), ZCRPC_OK);
 	ASSERT_TRUE(cl.Connect(env_.addr0, server.port));
 	ASSERT_TRUE(cl.Wait([&] { return !cl.got.empty(); }));
 	zcrpc_remote_region r;
@@ -313,7 +313,7 @@ TEST_F(Transport, WriteWithImmediate64MiBFromUserMemoryVerified)
 	ASSERT_EQ(zcrpc_conn_write(cl.conn, smr, 0, size, &r, 0, &imm, &cl), ZCRPC_OK);
 	ASSERT_TRUE(cl.Wait([&] { return cl.writes_done > 0 || cl.closed; }, 120000));
 	EXPECT_EQ(cl.writes_done, 1);
-	EXPECT_EQ(cl.write_status, ZCRPC_OK) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.write_status, ZCRPC_OK) << zcrpc_conn_get_error(cl.conn);
 	auto until = steady_clock::now() + Scaled(10000);
 	while (imms.load() == 0 && steady_clock::now() < until)
 		std::this_thread::sleep_for(1ms);
@@ -400,7 +400,7 @@ TEST_F(Transport, ReceiverHoldingItsSlotsStallsTheSenderWithoutRnr)
 	EXPECT_EQ(sent, total);
 	// Let everything arrive and the last batch be released.
 	cl.Wait([&] { return cl.closed > 0 || (received == total && holding == 0); }, 20000);
-	EXPECT_EQ(cl.closed, 0) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.closed, 0) << zcrpc_conn_get_error(cl.conn);
 	zcrpc_conn_stats cs;
 	zcrpc_conn_get_stats(cl.conn, &cs, sizeof(cs));
 	EXPECT_GT(cs.credit_stalls, 0u) << "the sender never ran out of credits";
@@ -446,7 +446,7 @@ TEST_F(Transport, SixtyFourConnectionsThenEveryPoolBackToFull)
 		return true;
 	}, 60000));
 	for (auto *c : cs)
-		ASSERT_EQ(c->established, 1) << zcrpc_conn_error(c->conn);
+		ASSERT_EQ(c->established, 1) << zcrpc_conn_get_error(c->conn);
 	EXPECT_EQ(Stats(cl.w).conns, static_cast<uint32_t>(n));
 	for (int round = 0; round < 10; round++)
 		for (int i = 0; i < n; i++) {
@@ -475,7 +475,7 @@ TEST_F(Transport, SixtyFourConnectionsThenEveryPoolBackToFull)
 		return true;
 	}, 30000));
 	for (auto *c : cs) {
-		EXPECT_EQ(c->close_status, ZCRPC_OK) << zcrpc_conn_error(c->conn);
+		EXPECT_EQ(c->close_status, ZCRPC_OK) << zcrpc_conn_get_error(c->conn);
 		zcrpc_conn_destroy(c->conn);
 		c->conn = nullptr;
 	}
@@ -565,7 +565,7 @@ TEST_F(Transport, OversizedMessagesAndWritesOutsideTheGrantAreRefused)
 	ASSERT_TRUE(server.Start(env_.addr0, &so));
 	Client cl;
 	zcrpc_mr *smr = nullptr;
-	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_context(cl.w), src.get(), 2 * size, 0, &smr), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(cl.w), src.get(), 2 * size, 0, &smr), ZCRPC_OK);
 	ASSERT_TRUE(cl.Connect(env_.addr0, server.port));
 	ASSERT_TRUE(cl.Wait([&] { return !cl.got.empty(); }));
 	zcrpc_remote_region r;
@@ -601,7 +601,7 @@ TEST_F(Transport, OversizedMessagesAndWritesOutsideTheGrantAreRefused)
 	// A write exactly filling the grant works, and only the grant changed.
 	ASSERT_EQ(zcrpc_conn_write(cl.conn, smr, 0, size / 2, &r, 0, nullptr, &cl), ZCRPC_OK);
 	ASSERT_TRUE(cl.Wait([&] { return cl.writes_done > 0 || cl.closed; }));
-	EXPECT_EQ(cl.write_status, ZCRPC_OK) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.write_status, ZCRPC_OK) << zcrpc_conn_get_error(cl.conn);
 	server.Stop();
 	for (size_t k = 0; k < size; k++) {
 		uint8_t want = (k >= size / 4 && k < size / 4 + size / 2) ? 0x5a : 0;
@@ -636,7 +636,7 @@ TEST_F(Transport, DestroyInsideItsOwnCallbackAndTwiceIsSafe)
 	ASSERT_EQ(zcrpc_conn_send(cl.conn, &v, sizeof(v)), ZCRPC_OK);
 	ASSERT_TRUE(cl.Wait([&] { return cl.closed > 0; }, 10000)) << "peer destroy went unnoticed";
 	// A destroy closes in order (its CLOSE message, docs/protocol.md §5).
-	EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_error(cl.conn);
+	EXPECT_EQ(cl.close_status, ZCRPC_OK) << zcrpc_conn_get_error(cl.conn);
 	EXPECT_EQ(zcrpc_conn_send(cl.conn, &v, sizeof(v)), ZCRPC_FAILED_PRECONDITION);
 	server.Stop();
 	ASSERT_TRUE(server.DriveUntil([&] { return Stats(server.w).conns == 0; }, Scaled(5000)));
@@ -654,7 +654,7 @@ TEST_F(Transport, SleepingOnTheWorkerFdWakesForCompletions)
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl;
 	ASSERT_TRUE(cl.Connect(env_.addr0, server.port));
-	int fd = zcrpc_worker_fd(cl.w);
+	int fd = zcrpc_worker_get_fd(cl.w);
 	ASSERT_GE(fd, 0);
 	for (int i = 0; i < 20; i++) {
 		int v = i;

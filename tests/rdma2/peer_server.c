@@ -40,7 +40,7 @@ static void on_disconnect(zcrpc_server *s, zcrpc_conn *conn, zcrpc_status why, v
 	(void)s;
 	(void)arg;
 	fprintf(stderr, "peer server: connection closed: %s (%s)\n", zcrpc_status_str(why),
-		zcrpc_conn_error(conn));
+		zcrpc_conn_get_error(conn));
 }
 
 static void echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
@@ -52,7 +52,7 @@ static void echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 	o.size = sizeof(o);
 	if (req->attachment_len)
 		o.attachment = &req->attachment_mr;
-	zcrpc_call_reply(call, ZCRPC_OK, NULL, req->data, req->len, &o);
+	zcrpc_server_call_reply(call, ZCRPC_OK, NULL, req->data, req->len, &o);
 }
 
 struct held {
@@ -68,7 +68,7 @@ static void *hold_thread(void *arg)
 	struct timespec ts = {h->ms / 1000, (long)(h->ms % 1000) * 1000000L};
 
 	nanosleep(&ts, NULL);
-	zcrpc_call_reply_any_thread(h->call, ZCRPC_OK, NULL, h->data, h->len);
+	zcrpc_server_call_reply_any_thread(h->call, ZCRPC_OK, NULL, h->data, h->len);
 	free(h);
 	return NULL;
 }
@@ -80,13 +80,13 @@ static void hold(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 
 	(void)arg;
 	if (req->len < 4) {
-		zcrpc_call_reply(call, ZCRPC_INVALID_ARGUMENT, "need 4 bytes of milliseconds",
+		zcrpc_server_call_reply(call, ZCRPC_INVALID_ARGUMENT, "need 4 bytes of milliseconds",
 				 NULL, 0, NULL);
 		return;
 	}
 	h = malloc(sizeof(*h) + req->len);
 	if (!h) {
-		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0, NULL);
+		zcrpc_server_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0, NULL);
 		return;
 	}
 	h->call = call;
@@ -95,7 +95,7 @@ static void hold(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 	memcpy(h->data, req->data, req->len);
 	if (pthread_create(&t, NULL, hold_thread, h)) {
 		free(h);
-		zcrpc_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "no thread", NULL, 0, NULL);
+		zcrpc_server_call_reply(call, ZCRPC_RESOURCE_EXHAUSTED, "no thread", NULL, 0, NULL);
 		return;
 	}
 	pthread_detach(t);
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "peer server: %s\n", zcrpc_status_str(st));
 		goto out;
 	}
-	printf("listening on %s:%u\n", addr, zcrpc_server_port(s));
+	printf("listening on %s:%u\n", addr, zcrpc_server_get_port(s));
 	fflush(stdout);
 	while (!stop)
 		zcrpc_worker_progress(w, 100);

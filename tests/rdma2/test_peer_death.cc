@@ -148,7 +148,7 @@ struct IdleConn {
 			if (st == ZCRPC_CONN_CLOSED) {
 				ic->closed++;
 				ic->status = s;
-				ic->detail = zcrpc_conn_error(c);
+				ic->detail = zcrpc_conn_get_error(c);
 				ic->closed_at = steady_clock::now();
 			}
 		};

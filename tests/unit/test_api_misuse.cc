@@ -35,12 +35,12 @@ TEST(ApiMisuse, NullHandlesAreSafe)
 	zcrpc_conn_destroy(nullptr);
 	zcrpc_conn_close(nullptr);
 	zcrpc_listener_destroy(nullptr);
-	EXPECT_EQ(zcrpc_worker_fd(nullptr), -1);
+	EXPECT_EQ(zcrpc_worker_get_fd(nullptr), -1);
 	EXPECT_EQ(zcrpc_worker_progress(nullptr, 0), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_conn_send(nullptr, "x", 1), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_connect(nullptr, "a", "1", nullptr, &h, &c), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_listen(nullptr, nullptr, "1", nullptr, &l), ZCRPC_INVALID_ARGUMENT);
-	EXPECT_EQ(zcrpc_conn_state_get(nullptr), ZCRPC_CONN_CLOSED);
+	EXPECT_EQ(zcrpc_conn_get_state(nullptr), ZCRPC_CONN_CLOSED);
 	EXPECT_EQ(zcrpc_conn_can_send(nullptr), 0);
 }
 
@@ -68,7 +68,7 @@ TEST(ApiMisuse, NullArgumentsOfTheDataPathAreRefused)
 		  ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_conn_set_handlers(nullptr, nullptr), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_worker_arm(nullptr), ZCRPC_INVALID_ARGUMENT);
-	EXPECT_EQ(zcrpc_worker_context(nullptr), nullptr);
+	EXPECT_EQ(zcrpc_worker_get_context(nullptr), nullptr);
 	zcrpc_conn_get_stats(nullptr, &cs, sizeof(cs)); // no crash
 	zcrpc_worker_get_stats(nullptr, &ws, sizeof(ws));
 	EXPECT_EQ(ws.conns, 0u);

@@ -50,5 +50,5 @@ TEST(NoDevice, ContextCreateSaysTheSameAndTheMessageIsPerThread)
 
 TEST(NoDevice, WorkerErrorOfNullIsEmpty)
 {
-	EXPECT_STREQ(zcrpc_worker_error(nullptr), "");
+	EXPECT_STREQ(zcrpc_worker_get_error(nullptr), "");
 }
