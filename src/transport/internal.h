@@ -57,6 +57,7 @@ void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
 /* Sets what zcrpc_last_error() returns on this thread. */
 void zcrpc__set_last_error(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
+
 /* ---- timer.c: the one timer mechanism (connection deadlines, the keepalive
  * check, the RPC layer's timers). Start (or keep an earlier due time),
  * stop and run are O(log n) per timer. */
