@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/le.h"
+#include "../core/reason.h"
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -37,18 +38,9 @@ void zcrpc__frame_encode(const struct zcrpc_frame *f, uint8_t *b)
 	zcrpc__put_le32(b + 52, f->bulk_token);
 }
 
-__attribute__((format(printf, 3, 4))) static zcrpc_status
-bad(char *why, size_t why_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return ZCRPC_INVALID_ARGUMENT;
-}
+/* A refusal: the reason (as zcrpc__reason) and INVALID_ARGUMENT. */
+#define bad(why, why_len, ...)                                                 \
+	zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len, __VA_ARGS__)
 
 /* Longer than ~80 lines on purpose: it is the receiver's list of checks in
  * the order of the header's fields (docs/protocol.md §7), one line each

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/le.h"
+#include "../core/reason.h"
 
 size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 			   size_t cap)
@@ -31,19 +32,6 @@ size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 	return len;
 }
 
-__attribute__((format(printf, 4, 5))) static zcrpc_status
-fail(zcrpc_status st, char *why, size_t why_len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && why_len) {
-		va_start(ap, fmt);
-		vsnprintf(why, why_len, fmt, ap);
-		va_end(ap);
-	}
-	return st;
-}
-
 zcrpc_status zcrpc__hello_decode(const void *data, size_t len,
 				 struct zcrpc_hello *out, char *why,
 				 size_t why_len)
@@ -53,53 +41,65 @@ zcrpc_status zcrpc__hello_decode(const void *data, size_t len,
 	size_t hlen;
 
 	if (!buf || len < 8)
-		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-			    "handshake truncated: %zu bytes, need %d", len, 8);
+		return zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				     "handshake truncated: %zu bytes, need %d",
+				     len, 8);
 	if (zcrpc__get_le32(buf) != ZCRPC_HELLO_MAGIC)
-		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-			    "handshake has bad magic 0x%08x",
-			    (unsigned)zcrpc__get_le32(buf));
+		return zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				     "handshake has bad magic 0x%08x",
+				     (unsigned)zcrpc__get_le32(buf));
 	h.version = buf[4];
 	h.kind = buf[5];
 	hlen = zcrpc__get_le16(buf + 6);
 	if (h.version != ZCRPC_PROTO_VERSION)
-		return fail(ZCRPC_FAILED_PRECONDITION, why, why_len,
-			    "unsupported protocol version %u (this side speaks %d)",
-			    (unsigned)h.version, ZCRPC_PROTO_VERSION);
+		return zcrpc__reason(
+			ZCRPC_FAILED_PRECONDITION, why, why_len,
+			"unsupported protocol version %u (this side speaks %d)",
+			(unsigned)h.version, ZCRPC_PROTO_VERSION);
 	if (hlen > ZCRPC_HELLO_MAX)
-		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-			    "handshake oversized: length field %zu > limit %d",
-			    hlen, ZCRPC_HELLO_MAX);
+		return zcrpc__reason(
+			ZCRPC_INVALID_ARGUMENT, why, why_len,
+			"handshake oversized: length field %zu > limit %d",
+			hlen, ZCRPC_HELLO_MAX);
 	if (hlen < ZCRPC_HELLO_LEN || len < hlen || len < ZCRPC_HELLO_LEN)
-		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-			    "handshake truncated: length field %zu, %zu bytes received",
-			    hlen, len);
+		return zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				     "handshake truncated: length field %zu, "
+				     "%zu bytes received",
+				     hlen, len);
 	if (h.kind < ZCRPC_HELLO_CONNECT || h.kind > ZCRPC_HELLO_REJECT)
-		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-			    "handshake has unknown kind %u", (unsigned)h.kind);
+		return zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				     "handshake has unknown kind %u",
+				     (unsigned)h.kind);
 	h.features = zcrpc__get_le32(buf + 8);
 	h.recv_depth = zcrpc__get_le32(buf + 12);
 	h.max_msg = zcrpc__get_le32(buf + 16);
 	h.status = zcrpc__get_le32(buf + 20);
 	if (h.kind != ZCRPC_HELLO_REJECT &&
 	    (h.recv_depth == 0 || h.max_msg == 0))
-		return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-			    "handshake has recv_depth %u, max_msg %u (both must be > 0)",
-			    (unsigned)h.recv_depth, (unsigned)h.max_msg);
+		return zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len,
+				     "handshake has recv_depth %u, max_msg %u "
+				     "(both must be > 0)",
+				     (unsigned)h.recv_depth,
+				     (unsigned)h.max_msg);
 	h.max_write = 0;
 	if (h.kind != ZCRPC_HELLO_REJECT && (h.features & ZCRPC_FEAT_PIECE)) {
 		h.max_write = zcrpc__get_le32(buf + 24);
 		if (h.max_write < ZCRPC_HELLO_MIN_WRITE)
-			return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-				    "handshake announces RDMA WRITE pieces of %u bytes (at least %u)",
-				    (unsigned)h.max_write, ZCRPC_HELLO_MIN_WRITE);
+			return zcrpc__reason(
+				ZCRPC_INVALID_ARGUMENT, why, why_len,
+				"handshake announces RDMA WRITE pieces of %u "
+				"bytes (at least %u)",
+				(unsigned)h.max_write, ZCRPC_HELLO_MIN_WRITE);
 	}
 	memset(h.nonce, 0, sizeof(h.nonce));
 	if (h.kind == ZCRPC_HELLO_ACCEPT && (h.features & ZCRPC_FEAT_AUTH)) {
 		if (hlen < ZCRPC_HELLO_AUTH_LEN)
-			return fail(ZCRPC_INVALID_ARGUMENT, why, why_len,
-				    "handshake truncated: an ACCEPT requiring authentication has length %zu, the nonce needs %d",
-				    hlen, ZCRPC_HELLO_AUTH_LEN);
+			return zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why,
+					     why_len,
+					     "handshake truncated: an ACCEPT "
+					     "requiring authentication has "
+					     "length %zu, the nonce needs %d",
+					     hlen, ZCRPC_HELLO_AUTH_LEN);
 		memcpy(h.nonce, buf + ZCRPC_HELLO_LEN, ZCRPC_HELLO_NONCE_LEN);
 	}
 	*out = h;
