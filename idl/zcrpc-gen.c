@@ -417,6 +417,131 @@ static const char kWhoFrees[] =
 	" *   with the status given to zcrpc_pb_set_status(), INTERNAL otherwise.\n"
 	" */\n";
 
+/* One method's declarations (@h) and stubs (@c) in service @full. */
+static void emit_method(const char *full, const char *svc_c,
+			const char *svc_lower, const char *svc_upper,
+			const MethodProto *mp, struct str *h, struct str *c)
+{
+	char *in_c = type_name(mp->input_type, CNAME);
+	char *out_c = type_name(mp->output_type, CNAME);
+	char *out_lower = type_name(mp->output_type, LOWER);
+	char *m_camel = NULL, *m_lower = camel(mp->name, LOWER),
+	     *m_upper = camel(mp->name, UPPER);
+	struct str path = {0}, mc = {0};
+
+	to_camel(&mc, mp->name, strlen(mp->name));
+	m_camel = mc.p;
+	sprintf_(&path, "/%s/%s", full, mp->name);
+	sprintf_(h, "\n/* %s: %s -> %s */\n", path.p, in_c, out_c);
+	sprintf_(h, "#define %s__%s__ZCRPC_NAME \"%s\"\n", svc_upper, m_upper,
+		 path.p);
+	sprintf_(h, "#define %s__%s__ZCRPC_ID 0x%08xu\n", svc_upper, m_upper,
+		 zcrpc__fnv1a(path.p));
+	sprintf_(h,
+		 "typedef void (*%s__%s_ZcrpcDone)(zcrpc_status status,\n"
+		 "\tconst char *message, const %s *reply, void *arg);\n",
+		 svc_c, m_camel, out_c);
+	sprintf_(h,
+		 "zcrpc_status %s__%s__call(zcrpc_channel *ch,\n"
+		 "\tconst %s *req, const zcrpc_call_opts *o,\n"
+		 "\t%s **reply, char **message);\n",
+		 svc_lower, m_lower, in_c, out_c);
+	sprintf_(h,
+		 "zcrpc_status %s__%s__async(zcrpc_channel *ch,\n"
+		 "\tconst %s *req, const zcrpc_call_opts *o,\n"
+		 "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id);\n",
+		 svc_lower, m_lower, in_c, svc_c, m_camel);
+
+	sprintf_(c,
+		 "\nzcrpc_status %s__%s__call(zcrpc_channel *ch,\n"
+		 "\tconst %s *req, const zcrpc_call_opts *o,\n"
+		 "\t%s **reply, char **message)\n{\n"
+		 "\tProtobufCMessage *m = NULL;\n"
+		 "\tzcrpc_status st;\n\n"
+		 "\tif (!req || !reply) {\n"
+		 "\t\tif (reply)\n\t\t\t*reply = NULL;\n"
+		 "\t\tif (message)\n\t\t\t*message = NULL;\n"
+		 "\t\treturn ZCRPC_INVALID_ARGUMENT;\n\t}\n"
+		 "\tst = zcrpc_pb_call(ch, %s__%s__ZCRPC_ID,\n"
+		 "\t\t(const ProtobufCMessage *)req,\n"
+		 "\t\t&%s__descriptor, o, &m, message);\n"
+		 "\t*reply = (%s *)m;\n"
+		 "\treturn st;\n}\n",
+		 svc_lower, m_lower, in_c, out_c, svc_upper, m_upper, out_lower,
+		 out_c);
+	sprintf_(c,
+		 "\nstatic void %s__%s__done(zcrpc_status status,\n"
+		 "\tconst char *message, const ProtobufCMessage *reply,\n"
+		 "\tzcrpc_pb_fn fn, void *arg)\n{\n"
+		 "\t((%s__%s_ZcrpcDone)fn)(status, message,\n"
+		 "\t\t(const %s *)reply, arg);\n}\n",
+		 svc_lower, m_lower, svc_c, m_camel, out_c);
+	sprintf_(c,
+		 "\nzcrpc_status %s__%s__async(zcrpc_channel *ch,\n"
+		 "\tconst %s *req, const zcrpc_call_opts *o,\n"
+		 "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id)\n{\n"
+		 "\tif (!req || !done)\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n"
+		 "\treturn zcrpc_pb_call_async(ch, %s__%s__ZCRPC_ID,\n"
+		 "\t\t(const ProtobufCMessage *)req,\n"
+		 "\t\t&%s__descriptor, o, %s__%s__done,\n"
+		 "\t\t(zcrpc_pb_fn)done, arg, id);\n}\n",
+		 svc_lower, m_lower, in_c, svc_c, m_camel, svc_upper, m_upper,
+		 out_lower, svc_lower, m_lower);
+	free(in_c);
+	free(out_c);
+	free(out_lower);
+	free(m_camel);
+	free(m_lower);
+	free(m_upper);
+	free(path.p);
+}
+
+/* One service's methods and its registration function. */
+static void emit_service(const FileProto *fp, const ServiceProto *sp,
+			 struct str *h, struct str *c)
+{
+	struct str full = {0};
+	char *svc_c, *svc_lower, *svc_upper;
+
+	if (fp->package && *fp->package)
+		sprintf_(&full, "%s.%s", fp->package, sp->name);
+	else
+		sputs(&full, sp->name);
+	svc_c = c_name(fp, full.p, CNAME);
+	svc_lower = c_name(fp, full.p, LOWER);
+	svc_upper = c_name(fp, full.p, UPPER);
+
+	sprintf_(h, "\n/* ---- service %s ---- */\n", full.p);
+	sprintf_(c, "\n/* ---- service %s ---- */\n", full.p);
+	for (size_t mi = 0; mi < sp->n_method; mi++)
+		emit_method(full.p, svc_c, svc_lower, svc_upper, sp->method[mi],
+			    h, c);
+
+	sprintf_(h,
+		 "\n/* Serves every method of %s on @s (see above); a method "
+		 "whose\n"
+		 " * handler is NULL answers UNIMPLEMENTED, as in gRPC. "
+		 "INVALID_ARGUMENT\n"
+		 " * when impl is not a %s service; otherwise as\n"
+		 " * zcrpc_pb_server_register(). */\n"
+		 "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
+		 "\t%s_Service *impl);\n",
+		 full.p, full.p, svc_lower, svc_c);
+	sprintf_(c,
+		 "\nzcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
+		 "\t%s_Service *impl)\n{\n"
+		 "\tif (!s || !impl || impl->base.descriptor != "
+		 "&%s__descriptor ||\n"
+		 "\t    %s__descriptor.n_methods != %zuu)\n"
+		 "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
+		 svc_lower, svc_c, svc_lower, svc_lower, sp->n_method);
+	sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
+	free(svc_c);
+	free(svc_lower);
+	free(svc_upper);
+	free(full.p);
+}
+
 static int emit(const FileProto *fp, const char *stem, struct str *h,
 		struct str *c)
 {
@@ -436,109 +561,8 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 	sprintf_(c, "/* Generated by zcrpc-gen from %s. Do not edit. */\n", fp->name);
 	sprintf_(c, "#include \"%s.zcrpc.h\"\n", stem);
 
-	for (size_t si = 0; si < fp->n_service; si++) {
-		const ServiceProto *sp = fp->service[si];
-		struct str full = {0};
-		char *svc_c, *svc_lower, *svc_upper;
-
-		if (fp->package && *fp->package)
-			sprintf_(&full, "%s.%s", fp->package, sp->name);
-		else
-			sputs(&full, sp->name);
-		svc_c = c_name(fp, full.p, CNAME);
-		svc_lower = c_name(fp, full.p, LOWER);
-		svc_upper = c_name(fp, full.p, UPPER);
-
-		sprintf_(h, "\n/* ---- service %s ---- */\n", full.p);
-		sprintf_(c, "\n/* ---- service %s ---- */\n", full.p);
-		for (size_t mi = 0; mi < sp->n_method; mi++) {
-			const MethodProto *mp = sp->method[mi];
-			char *in_c = type_name(mp->input_type, CNAME);
-			char *out_c = type_name(mp->output_type, CNAME);
-			char *out_lower = type_name(mp->output_type, LOWER);
-			char *m_camel = NULL, *m_lower = camel(mp->name, LOWER),
-			     *m_upper = camel(mp->name, UPPER);
-			struct str path = {0}, mc = {0};
-
-			to_camel(&mc, mp->name, strlen(mp->name));
-			m_camel = mc.p;
-			sprintf_(&path, "/%s/%s", full.p, mp->name);
-			sprintf_(h, "\n/* %s: %s -> %s */\n", path.p, in_c, out_c);
-			sprintf_(h, "#define %s__%s__ZCRPC_NAME \"%s\"\n", svc_upper, m_upper, path.p);
-			sprintf_(h, "#define %s__%s__ZCRPC_ID 0x%08xu\n",
-				 svc_upper, m_upper, zcrpc__fnv1a(path.p));
-			sprintf_(h, "typedef void (*%s__%s_ZcrpcDone)(zcrpc_status status,\n"
-				    "\tconst char *message, const %s *reply, void *arg);\n",
-				 svc_c, m_camel, out_c);
-			sprintf_(h, "zcrpc_status %s__%s__call(zcrpc_channel *ch,\n"
-				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
-				    "\t%s **reply, char **message);\n",
-				 svc_lower, m_lower, in_c, out_c);
-			sprintf_(h, "zcrpc_status %s__%s__async(zcrpc_channel *ch,\n"
-				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
-				    "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id);\n",
-				 svc_lower, m_lower, in_c, svc_c, m_camel);
-
-			sprintf_(c, "\nzcrpc_status %s__%s__call(zcrpc_channel *ch,\n"
-				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
-				    "\t%s **reply, char **message)\n{\n"
-				    "\tProtobufCMessage *m = NULL;\n"
-				    "\tzcrpc_status st;\n\n"
-				    "\tif (!req || !reply) {\n"
-				    "\t\tif (reply)\n\t\t\t*reply = NULL;\n"
-				    "\t\tif (message)\n\t\t\t*message = NULL;\n"
-				    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n\t}\n"
-				    "\tst = zcrpc_pb_call(ch, %s__%s__ZCRPC_ID,\n"
-				    "\t\t(const ProtobufCMessage *)req,\n"
-				    "\t\t&%s__descriptor, o, &m, message);\n"
-				    "\t*reply = (%s *)m;\n"
-				    "\treturn st;\n}\n",
-				 svc_lower, m_lower, in_c, out_c, svc_upper, m_upper, out_lower,
-				 out_c);
-			sprintf_(c, "\nstatic void %s__%s__done(zcrpc_status status,\n"
-				    "\tconst char *message, const ProtobufCMessage *reply,\n"
-				    "\tzcrpc_pb_fn fn, void *arg)\n{\n"
-				    "\t((%s__%s_ZcrpcDone)fn)(status, message,\n"
-				    "\t\t(const %s *)reply, arg);\n}\n",
-				 svc_lower, m_lower, svc_c, m_camel, out_c);
-			sprintf_(c, "\nzcrpc_status %s__%s__async(zcrpc_channel *ch,\n"
-				    "\tconst %s *req, const zcrpc_call_opts *o,\n"
-				    "\t%s__%s_ZcrpcDone done, void *arg, zcrpc_call_id *id)\n{\n"
-				    "\tif (!req || !done)\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n"
-				    "\treturn zcrpc_pb_call_async(ch, %s__%s__ZCRPC_ID,\n"
-				    "\t\t(const ProtobufCMessage *)req,\n"
-				    "\t\t&%s__descriptor, o, %s__%s__done,\n"
-				    "\t\t(zcrpc_pb_fn)done, arg, id);\n}\n",
-				 svc_lower, m_lower, in_c, svc_c, m_camel, svc_upper, m_upper,
-				 out_lower, svc_lower, m_lower);
-			free(in_c);
-			free(out_c);
-			free(out_lower);
-			free(m_camel);
-			free(m_lower);
-			free(m_upper);
-			free(path.p);
-		}
-
-		sprintf_(h, "\n/* Serves every method of %s on @s (see above); a method whose\n"
-			    " * handler is NULL answers UNIMPLEMENTED, as in gRPC. INVALID_ARGUMENT\n"
-			    " * when impl is not a %s service; otherwise as\n"
-			    " * zcrpc_pb_server_register(). */\n"
-			    "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
-			    "\t%s_Service *impl);\n",
-			 full.p, full.p, svc_lower, svc_c);
-		sprintf_(c, "\nzcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
-			    "\t%s_Service *impl)\n{\n"
-			    "\tif (!s || !impl || impl->base.descriptor != &%s__descriptor ||\n"
-			    "\t    %s__descriptor.n_methods != %zuu)\n"
-			    "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
-			 svc_lower, svc_c, svc_lower, svc_lower, sp->n_method);
-		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
-		free(svc_c);
-		free(svc_lower);
-		free(svc_upper);
-		free(full.p);
-	}
+	for (size_t si = 0; si < fp->n_service; si++)
+		emit_service(fp, fp->service[si], h, c);
 	sputs(h, "\n#ifdef __cplusplus\n}\n#endif\n\n");
 	sprintf_(h, "#endif /* %s */\n", guard.p);
 	free(guard.p);
