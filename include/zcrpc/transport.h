@@ -76,7 +76,10 @@ ZCRPC_API void zcrpc_context_destroy(zcrpc_context *ctx);
 /** Worker settings. Initialise with zcrpc_worker_opts_init(). */
 typedef struct zcrpc_worker_opts {
 	size_t size;		 /**< sizeof(zcrpc_worker_opts), set by init */
-	uint32_t recv_depth;	 /**< receive slots (= credits) per connection; default 64, 2..32768 */
+	uint32_t
+		recv_depth; /**< a connection's receive window: the most credits
+			     * its peer may hold (receives come from the shared
+			     * queue, recv_budget); default 64, 2..32768 */
 	uint32_t send_depth;	 /**< send slots per connection; default 64, >= 1 */
 	uint32_t max_msg;	 /**< largest message payload in bytes; default 4096, 1..8 MiB */
 	uint8_t ack_timeout;	 /**< RDMA_OPTION_ID_ACK_TIMEOUT exponent (4.096 us * 2^n); default 16 */
@@ -93,6 +96,24 @@ typedef struct zcrpc_worker_opts {
 	 * a sleeping progress every keepalive_ms / 2 to check.
 	 */
 	uint32_t keepalive_ms;
+	/**
+	 * Receives per device the worker's shared receive queue may hold,
+	 * shared by all its connections on that device (docs/design.md
+	 * "Shared receive path"): posted as connections need them, given
+	 * back when the last connection closes; each costs one pool slot of
+	 * 8 + max_msg bytes (rounded to 64). Clamped to the device's
+	 * max_srq_wr. A connection is refused (RESOURCE_EXHAUSTED) when the
+	 * budget cannot promise its guaranteed credits (recv_share). 0 = the
+	 * default, 32768. (64 bits wide so it lies past the struct's old
+	 * end, not in its padding: docs/abi.md.)
+	 */
+	uint64_t recv_budget;
+	/**
+	 * Credits guaranteed to each connection (at most its recv_depth); a
+	 * busy one gets more, up to recv_depth, while the budget has them.
+	 * 0 = the default, 16.
+	 */
+	uint32_t recv_share;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_worker_opts;
 
@@ -661,8 +682,12 @@ typedef struct zcrpc_conn_stats {
 	uint64_t credit_updates_sent;	 /**< explicit credit messages */
 	uint64_t credit_stalls;		 /**< sends refused for lack of credit */
 	uint64_t rnr_events;		 /**< receiver-not-ready errors (should stay 0) */
-	uint32_t recv_posted;		 /**< receives posted right now */
-	uint32_t peer_recv_depth;	 /**< credits the peer granted at connect */
+	uint32_t recv_posted; /**< receives of the worker's shared receive queue
+			       *   promised to this connection now (the peer's
+			       *   credits and those owed back to it) */
+	uint32_t peer_recv_depth; /**< credits the peer granted at connect (its
+				   *   guaranteed share; a peer with shared
+				   *   receives grants more while busy) */
 	uint32_t peer_max_msg;		 /**< largest message the peer accepts */
 	uint32_t max_inline;		 /**< inline size the QP was granted */
 	uint64_t keepalives_sent;	 /**< keepalive probes posted */
@@ -675,7 +700,14 @@ typedef struct zcrpc_conn_stats {
 					  *   (every WR still posted gets one) */
 	uint64_t unflushed_wrs;		 /**< WRs posted at teardown whose flush did
 					  *   not come within 100 ms (should stay 0) */
-					 /* New counters go here. */
+	uint32_t recv_share;   /**< credits this side lets the peer hold now:
+				*   its guaranteed part up to recv_depth
+				*   (docs/design.md "Shared receive path") */
+	uint32_t credits;      /**< credits this side holds now */
+	uint64_t share_raises; /**< times the peer's share was doubled */
+	uint64_t credits_released; /**< credits this side gave back while idle
+				      (RELEASE) */
+				   /* New counters go here. */
 } zcrpc_conn_stats;
 
 /**
@@ -712,7 +744,15 @@ typedef struct zcrpc_worker_stats {
 				      *   bind or invalidate (see zcrpc_conn_stats) */
 	uint64_t flushed_wcs;	     /**< flush completions collected at teardown */
 	uint64_t unflushed_wrs;	     /**< WRs whose flush did not come (should stay 0) */
-				     /* New counters go here. */
+	uint32_t recv_budget; /**< receives the shared receive queues may hold
+			       *   (recv_budget per device in use) */
+	uint32_t recv_posted; /**< receives in the shared receive queues now */
+	uint32_t recv_promised; /**< of them, promised to connections as credits
+				 */
+	uint64_t rejected_budget; /**< connections refused: the receive budget
+				   * could not promise their guaranteed credits
+				   */
+				  /* New counters go here. */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out, at most @out_size bytes (pass

@@ -13,14 +13,29 @@
 /* The smallest usable queue depth: one slot in use, one being reposted. */
 #define ZCRPC_MIN_QUEUE_DEPTH 2U
 
-/* The RPC window's default: receive slots (and so credits) per connection
- * each way, the calls that can be in flight on one connection. The first
- * version chose 1024 + 16: a full window of 1024 calls still leaves 16
- * receives for the messages such a window provokes (credit updates,
+/* The RPC window's default: the most calls in flight on one connection
+ * each way, and so the most credits one connection's peer may hold. The
+ * first version chose 1024 + 16: a full window of 1024 calls still leaves
+ * 16 receives for the messages such a window provokes (credit updates,
  * cancels, GOAWAY). Nothing enforces the split; it is slack, not a
- * reservation. Cost: 1040 slots of max_msg + 8 bytes (4160 B at the
- * default 4 KiB), 4.1 MiB of receive memory per connection, which is why
- * a worker's 65,536-slot pool holds about 63 connections (issue 13). */
+ * reservation. Since issue 13 it costs no memory by itself: receives come
+ * from the worker's shared receive queue, and a connection holds its
+ * guaranteed share (ZCRPC_RECV_SHARE_DEFAULT) plus what a busy window
+ * earns while the budget has it (docs/design.md "Shared receive path"). */
 #define ZCRPC_RPC_DEFAULT_WINDOW (1024U + 16U)
+
+/* A worker's shared receive queue per device, at most: 32,768 receives of
+ * 4160 B at the default max_msg (130 MiB), posted only as connections
+ * need them: 2,048 connections at their guaranteed 16 credits each, 66 KiB
+ * of receive memory per connection. Peers size theirs alike per interface
+ * or thread (UCX 4,096, eRPC 4,096), for fewer connections each. */
+#define ZCRPC_RECV_BUDGET_DEFAULT 32768U
+#define ZCRPC_MAX_RECV_BUDGET	  (1U << 20)
+
+/* Credits guaranteed to each connection: 16, so a burst of calls, their
+ * cancels, the credit updates and a CLOSE need not wait for the budget,
+ * and a peer without shared receives (ZCRPC_FEAT_SHARED) still keeps 14
+ * messages in flight; a busy connection's share doubles from there. */
+#define ZCRPC_RECV_SHARE_DEFAULT 16U
 
 #endif /* ZCRPC_CORE_LIMITS_H */

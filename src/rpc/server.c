@@ -267,6 +267,21 @@ static uint32_t calls_alive(const zcrpc_server *s)
 	return zcrpc__call_table_used(&s->calls);
 }
 
+/* Replies (or other frames) still queued behind credits or pool slots: a
+ * call that was answered is not done until its reply left. */
+static int frames_queued(const zcrpc_server *s)
+{
+	const struct zcrpc__list *n;
+
+	zcrpc__list_foreach(n, &s->conns) {
+		const struct sconn *sc = zcrpc__sconn_of(n);
+
+		if (!sc->closed && (sc->q_head || sc->p_head))
+			return 1;
+	}
+	return 0;
+}
+
 zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms)
 {
 	struct zcrpc__list *n;
@@ -282,9 +297,9 @@ zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms)
 	zcrpc__list_foreach(n, &s->conns) zcrpc__sconn_send_simple(
 		zcrpc__sconn_of(n), ZCRPC_FRAME_GOAWAY, 0, ZCRPC_OK, NULL);
 	end = zcrpc__now_ns() + (int64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000LL;
-	while (calls_alive(s) && zcrpc__now_ns() < end)
+	while ((calls_alive(s) || frames_queued(s)) && zcrpc__now_ns() < end)
 		zcrpc_worker_progress(s->w, 10);
-	if (calls_alive(s)) {
+	if (calls_alive(s) || frames_queued(s)) {
 		zcrpc__list_foreach(n, &s->conns)
 			zcrpc_conn_close(zcrpc__sconn_of(n)->conn);
 		end = zcrpc__now_ns() + 3000LL * 1000000LL;

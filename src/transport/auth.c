@@ -171,8 +171,7 @@ __attribute__((format(printf, 2, 3))) static void refuse(zcrpc_conn *c,
 				 "authentication failed: %s", a->why);
 }
 
-static void server_verify(zcrpc_conn *c, uint32_t pos, const uint8_t *p,
-			  uint32_t byte_len)
+static void server_verify(zcrpc_conn *c, const uint8_t *p, uint32_t byte_len)
 {
 	struct zcrpc__auth *a = c->auth;
 	const uint8_t *m = p + ZCRPC_MSG_HDR_LEN;
@@ -214,14 +213,15 @@ static void server_verify(zcrpc_conn *c, uint32_t pos, const uint8_t *p,
 	 * credit that makes in the reply; then the application sees it. */
 	a->done = 1;
 	c->auth_phase = ZCRPC_AUTH_NONE;
-	if (zcrpc__conn_post_recvs(c, c->recv_initial, c->recv_depth) !=
-	    ZCRPC_OK)
-		return; /* failed the connection */
-	c->owed += c->recv_depth - c->recv_initial;
-	zcrpc__conn_recv_consumed(c, pos);
+	c->share_min = c->recv_depth < c->w->opts.recv_share
+			       ? c->recv_depth
+			       : c->w->opts.recv_share;
+	zcrpc__srq_raise(c, c->share_min); /* what the budget has free */
+	c->share_min = c->share;
+	zcrpc__conn_recv_done(c, 0);
 	if (c->state == ZCRPC_CONN_CLOSED)
 		return;
-	put_reply(reply, ZCRPC_OK, c->recv_depth);
+	put_reply(reply, ZCRPC_OK, c->share);
 	if (zcrpc__conn_send_ctrl(c, ZCRPC_MSG_AUTH_REPLY, reply, sizeof(reply),
 				  0) != ZCRPC_OK) {
 		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
@@ -302,8 +302,7 @@ sent:
 	return 1;
 }
 
-static void client_result(zcrpc_conn *c, uint32_t pos, const uint8_t *p,
-			  uint32_t byte_len)
+static void client_result(zcrpc_conn *c, const uint8_t *p, uint32_t byte_len)
 {
 	const uint8_t *m = p + ZCRPC_MSG_HDR_LEN;
 	uint32_t st, depth, got;
@@ -338,7 +337,7 @@ static void client_result(zcrpc_conn *c, uint32_t pos, const uint8_t *p,
 	c->credits += got;
 	c->auth->done = 1;
 	c->auth_phase = ZCRPC_AUTH_NONE;
-	zcrpc__conn_recv_consumed(c, pos);
+	zcrpc__conn_recv_done(c, 0);
 	if (c->state != ZCRPC_CONN_CLOSED)
 		zcrpc__conn_established(c);
 }
@@ -358,14 +357,15 @@ void zcrpc__auth_peer_closed(zcrpc_conn *c)
 void zcrpc__auth_on_msg(zcrpc_conn *c, uint32_t pos, const uint8_t *p,
 			uint32_t byte_len)
 {
+	(void)pos; /* c->cur_recv */
 	if (c->state == ZCRPC_CONN_CLOSED)
 		return;
 	switch (c->auth_phase) {
 	case ZCRPC_AUTH_SERVER_WAIT:
-		server_verify(c, pos, p, byte_len);
+		server_verify(c, p, byte_len);
 		break;
 	case ZCRPC_AUTH_CLIENT_WAIT:
-		client_result(c, pos, p, byte_len);
+		client_result(c, p, byte_len);
 		break;
 	default: /* refused: whatever else arrives is dropped */
 		break;

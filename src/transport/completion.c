@@ -8,6 +8,57 @@
 #include <arpa/inet.h>
 #include <string.h>
 
+/* A receive completed: one position of the device's shared receive queue
+ * (srq.c), consumed for @c. Whatever happens to the message, the position
+ * is recycled exactly once: by the path that delivered it, or here. */
+static void on_recv_wc(zcrpc_conn *c, const struct ibv_wc *wc)
+{
+	uint32_t pos = (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT);
+	int live = c->state != ZCRPC_CONN_CLOSED && !c->closing;
+
+	c->dev->srq.posted--;
+	if (wc->status != IBV_WC_SUCCESS || !live) {
+		zcrpc__srq_recycle(c->w, c->dev, NULL, pos, 0);
+		if (live) /* flushes after a close are expected */
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "receive completion: %s",
+					 ibv_wc_status_str(wc->status));
+		return;
+	}
+	if (zcrpc__srq_consume(c)) { /* it sent past its credits */
+		zcrpc__srq_recycle(c->w, c->dev, NULL, pos, 0);
+		return;
+	}
+	if (c->state == ZCRPC_CONN_CONNECTING && c->passive && !c->auth_phase) {
+		/* Data may arrive before ESTABLISHED on the passive side
+		 * (rxe raises no COMM_EST): the client only sends once it
+		 * is established, so we are too. */
+		zcrpc__conn_established(c);
+	}
+	c->cur_recv = pos;
+	c->recv_pending = 1;
+	if (c->state != ZCRPC_CONN_ESTABLISHED && !c->auth_phase)
+		; /* nothing to deliver it to */
+	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && c->auth_phase)
+		zcrpc__auth_on_imm(c, pos);
+	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
+		zcrpc__write_on_imm(c, pos, ntohl(wc->imm_data), wc->byte_len);
+	else
+		zcrpc__msg_on_recv(c, pos, wc->byte_len);
+	if (c->recv_pending) /* a path that failed or dropped it */
+		zcrpc__conn_recv_done(c, 0);
+}
+
+void zcrpc__conn_recv_done(zcrpc_conn *c, int kept)
+{
+	int live = c->state != ZCRPC_CONN_CLOSED && !c->closing;
+
+	if (!c->recv_pending)
+		return;
+	c->recv_pending = 0;
+	zcrpc__srq_recycle(c->w, c->dev, live ? c : NULL, c->cur_recv, kept);
+}
+
 static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 {
 	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
@@ -37,33 +88,7 @@ static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 					 ibv_wc_status_str(wc->status));
 		return;
 	}
-	if (c->stats.recv_posted)
-		c->stats.recv_posted--; /* this receive is no longer posted */
-	if (wc->status != IBV_WC_SUCCESS) {
-		if (c->state == ZCRPC_CONN_CLOSED || c->closing)
-			return; /* flushes after a close are expected */
-		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "receive completion: %s",
-				 ibv_wc_status_str(wc->status));
-		return;
-	}
-	if (c->state == ZCRPC_CONN_CONNECTING && c->passive && !c->auth_phase) {
-		/* Data may arrive before ESTABLISHED on the passive side
-		 * (rxe raises no COMM_EST): the client only sends once it
-		 * is established, so we are too. */
-		zcrpc__conn_established(c);
-	}
-	if (c->state != ZCRPC_CONN_ESTABLISHED && !c->auth_phase)
-		return;
-	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM && c->auth_phase)
-		zcrpc__auth_on_imm(c, (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT));
-	else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM)
-		zcrpc__write_on_imm(c,
-				    (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
-				    ntohl(wc->imm_data), wc->byte_len);
-	else
-		zcrpc__msg_on_recv(c,
-				   (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT),
-				   wc->byte_len);
+	on_recv_wc(c, wc);
 }
 
 static void handle(zcrpc_conn *c, struct ibv_wc *wc, int n)

@@ -62,13 +62,11 @@ zcrpc_conn *zcrpc__conn_alloc(zcrpc_worker *w, const zcrpc_conn_handlers *h)
 	return c;
 }
 
-/* The send ring and the receive positions, sized at setup. */
+/* The send ring, sized at setup. */
 zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c)
 {
-	c->recv = calloc(c->recv_depth, sizeof(*c->recv));
-	c->recv_has = calloc(c->recv_depth, 1);
 	c->sq = calloc(c->sq_size, sizeof(*c->sq));
-	if (!c->recv || !c->recv_has || !c->sq) {
+	if (!c->sq) {
 		zcrpc__conn_fail(c, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
@@ -76,18 +74,19 @@ zcrpc_status zcrpc__conn_alloc_queues(zcrpc_conn *c)
 }
 
 /* Teardown: the send ring reaped as flushed, writes not posted answered,
- * the receive positions' slots given back, in that order. */
+ * the connection's credits given back to its shared receive queue. */
 void zcrpc__conn_release_queues(zcrpc_conn *c)
 {
 	zcrpc__sq_flush_all(c);
 	zcrpc__write_release_all(c);
-	zcrpc__recv_release(c);
+	zcrpc__srq_leave(c);
 	free(c->sq);
 	c->sq = NULL;
 }
 
-/* The RC QP on the context's PD, both queues on @c's CQ, with inline data
- * if the provider grants it. Returns 0, or -1 with errno set. */
+/* The RC QP on the context's PD, its receives from the device's shared
+ * receive queue, both completions on @c's CQ, with inline data if the
+ * provider grants it. Returns 0, or -1 with errno set. */
 static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr;
@@ -98,9 +97,8 @@ static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 	attr.recv_cq = c->cq;
 	attr.qp_type = IBV_QPT_RC;
 	attr.cap.max_send_wr = c->sq_size;
-	attr.cap.max_recv_wr = c->recv_depth;
+	attr.srq = c->dev->srq.srq;
 	attr.cap.max_send_sge = 1;
-	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = ZCRPC_INLINE_WANTED;
 	attr.qp_context = c;
 	if (rdma_create_qp(id, c->dev->pd, &attr)) {
@@ -117,9 +115,9 @@ static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 }
 
 /* Creates the CQ (on the device's completion channel) and the QP on the
- * context's PD, and posts every receive from the worker's pool. Called
- * before rdma_connect / rdma_accept. On failure the caller fails the
- * connection, which tears it down. */
+ * context's PD, and promises the first credits from the device's shared
+ * receive queue (srq.c). Called before rdma_connect / rdma_accept. On
+ * failure the caller fails the connection, which tears it down. */
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 {
 	zcrpc_worker *w = c->w;
@@ -146,12 +144,14 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	 * memory windows (mw.c): they cost no peer credit. */
 	c->mw.depth = c->sq_depth;
 	c->sq_size = c->sq_depth + c->mw.depth;
+	c->share_min = c->recv_depth < w->opts.recv_share ? c->recv_depth
+							  : w->opts.recv_share;
+	/* receives of this connection: at most its window */
 	cqe = c->recv_depth + c->sq_size;
 #ifdef ZCRPC_TESTING
 	cqe = zcrpc__testing_cq_entries(cqe); /* an undersized CQ (T19) */
 #endif
 	if ((int)cqe > c->dev->attr->max_cqe ||
-	    (int)c->recv_depth > c->dev->attr->max_qp_wr ||
 	    (int)c->sq_size > c->dev->attr->max_qp_wr) {
 		zcrpc__conn_fail(c, ZCRPC_INVALID_ARGUMENT,
 				 "queue depths exceed the device (max_cqe %d, max_qp_wr %d)",
@@ -161,6 +161,11 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	st = zcrpc__conn_alloc_queues(c);
 	if (st != ZCRPC_OK)
 		return st;
+	/* An authenticating server grants only a few until the proof came. */
+	st = zcrpc__srq_admit(c,
+			      c->recv_initial ? c->recv_initial : c->share_min);
+	if (st != ZCRPC_OK)
+		return st;
 	/* Error completions come even for unsignaled work requests: the CQ
 	 * holds both queues in full. */
 	c->cq = ibv_create_cq(id->verbs, (int)cqe, c, c->dev->comp_ch, 0);
@@ -168,9 +173,6 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 		goto err_errno;
 	if (create_qp(c, id))
 		goto err_errno;
-	st = zcrpc__conn_post_all_recvs(c);
-	if (st != ZCRPC_OK)
-		return st;
 	if (ibv_req_notify_cq(c->cq, 0))
 		goto err_errno;
 	c->cq_armed = 1;
@@ -195,8 +197,8 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 		.version = ZCRPC_PROTO_VERSION,
 		.kind = (uint8_t)kind,
 		.features = zcrpc__worker_features(c->w),
-		/* the receives actually posted: fewer while authenticating */
-		.recv_depth = c->recv_initial ? c->recv_initial : c->recv_depth,
+		/* the credits granted: fewer while authenticating */
+		.recv_depth = c->share,
 		.max_msg = c->w->opts.max_msg,
 		.max_write = zcrpc__conn_own_piece(c),
 	};
@@ -571,16 +573,52 @@ void zcrpc_conn_destroy(zcrpc_conn *c)
  * exactly once: what the send ring and the receive positions still hold.
  * The id goes last: rdma_destroy_id waits for events already read, which
  * are always acknowledged at once. */
-/* The QP is in error: collects the flush completions of every work request
- * still posted (receives and sends), for at most ZCRPC_FLUSH_WAIT_NS, and
- * counts them (stats flushed_wcs; unflushed_wrs for any that did not come).
- * The ring and receive positions are released right after, as before. */
+/* The QP is in error: collects the flush completions of every send work
+ * request still posted, for at most ZCRPC_FLUSH_WAIT_NS, and counts them
+ * (stats flushed_wcs; unflushed_wrs for any that did not come). Receives
+ * do not flush: they belong to the shared receive queue, and a receive
+ * this connection consumed but nobody polled yet is recycled here. The
+ * ring is released right after, as before. */
 #define ZCRPC_FLUSH_WAIT_NS (100LL * 1000000LL)
+
+/* Completions of a connection being torn down: the stash first. */
+static int take_wcs(zcrpc_conn *c, struct ibv_wc *wc)
+{
+	int n = c->nstash;
+
+	if (n) {
+		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
+		c->nstash = 0;
+		return n;
+	}
+	return ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
+}
+
+/* A receive of the shared queue consumed for @c, never to be delivered. */
+static void recycle_wc(zcrpc_conn *c, const struct ibv_wc *wc)
+{
+	c->dev->srq.posted--;
+	zcrpc__srq_recycle(c->w, c->dev, NULL,
+			   (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT), 0);
+}
+
+/* After the QP is gone, nothing adds to its CQ: what is still there (or
+ * stashed) is taken, so no receive of the shared queue is lost with it. */
+static void drain_destroyed(zcrpc_conn *c)
+{
+	struct ibv_wc wc[ZCRPC_POLL_BATCH];
+	int i, n;
+
+	while ((n = take_wcs(c, wc)) > 0)
+		for (i = 0; i < n; i++)
+			if (wc[i].wr_id & ZCRPC_WR_RECV_BIT)
+				recycle_wc(c, &wc[i]);
+}
 
 static void collect_flushes(zcrpc_conn *c)
 {
-	uint64_t posted = c->stats.recv_posted + (c->sq_posted - c->sq_head);
-	uint64_t seen = (uint64_t)c->nstash;
+	uint64_t posted = c->sq_posted - c->sq_head;
+	uint64_t seen = 0;
 	int64_t until = zcrpc__now_ns() + ZCRPC_FLUSH_WAIT_NS;
 	struct ibv_qp_attr attr;
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
@@ -591,13 +629,18 @@ static void collect_flushes(zcrpc_conn *c)
 	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
 		return; /* nothing will flush: counted as unflushed below */
 	while (seen < posted && zcrpc__now_ns() < until) {
-		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
+		n = take_wcs(c, wc);
 		if (n < 0)
 			break;
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n; i++) {
+			if (wc[i].wr_id & ZCRPC_WR_RECV_BIT) {
+				recycle_wc(c, &wc[i]);
+				continue;
+			}
 			if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
 				c->stats.flushed_wcs++;
-		seen += (uint64_t)n;
+			seen++;
+		}
 		if (!n)
 			sched_yield();
 	}
@@ -636,6 +679,8 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	zcrpc__mw_dealloc(c); /* windows go before their QP */
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
+	if (c->cq && !c->dev_gone)
+		drain_destroyed(c);
 	if (c->cq) {
 		ibv_ack_cq_events(c->cq, c->cq_unacked);
 		c->cq_unacked = 0;
@@ -688,6 +733,13 @@ const char *zcrpc_conn_get_error(const zcrpc_conn *c)
 void zcrpc_conn_get_stats(const zcrpc_conn *c, zcrpc_conn_stats *out,
 			  size_t out_size)
 {
-	if (c)
-		ZCRPC__ABI_OUT(out, out_size, &c->stats);
+	zcrpc_conn_stats s;
+
+	if (!c)
+		return;
+	s = c->stats;
+	s.recv_posted = c->out + c->owed; /* its receives of the shared queue */
+	s.recv_share = c->share;
+	s.credits = c->credits;
+	ZCRPC__ABI_OUT(out, out_size, &s);
 }

@@ -25,7 +25,10 @@ enum zcrpc__msg_type {
 	ZCRPC_MSG_AUTH = 3,	  /* client's key proof (auth.c) */
 	ZCRPC_MSG_AUTH_REPLY = 4, /* server's verdict (auth.c) */
 	ZCRPC_MSG_CLOSE = 5,	  /* orderly close follows (ZCRPC_FEAT_CLOSE) */
+	ZCRPC_MSG_RELEASE = 6,	  /* credits given back (ZCRPC_FEAT_SHARED) */
 };
+#define ZCRPC_RELEASE_MSG_LEN 4 /* RELEASE payload: credits given back (u32)   \
+				 */
 #define ZCRPC_CLOSE_MSG_LEN 8 /* CLOSE payload: status (u32), reserved (u32)   \
 			       */
 
@@ -147,12 +150,18 @@ struct zcrpc_conn {
 	int nstash;
 	uint32_t max_inline;
 
-	/* Receives: one pool slot per position, posted while it has one. */
-	uint32_t recv_depth;
-	struct zcrpc__slot *recv;
-	uint8_t *recv_has;
-	uint32_t recv_missing; /* positions waiting for a pool slot */
-	uint32_t cur_recv;     /* position being delivered */
+	/* Receives come from the device's shared receive queue (srq.c): the
+	 * credits this connection's peer holds and those owed back to it are
+	 * promised receives of that queue, at most `share` of them. */
+	uint32_t recv_depth; /* the window: the most the share can grow to */
+	uint32_t share;	     /* credits it may hold now (srq.c) */
+	uint32_t share_min;  /* its guaranteed part */
+	uint32_t out;	     /* credits the peer holds, as we count them */
+	struct zcrpc__list hungry; /* dev->srq.hungry while below its share */
+	unsigned hungry_linked : 1;
+	unsigned srq_admitted : 1; /* its credits are counted in dev->srq */
+	unsigned recv_pending : 1; /* cur_recv not recycled yet */
+	uint32_t cur_recv;	   /* SRQ position being delivered */
 	uint32_t cur_len;
 
 	/* Send queue ring: entries for every posted, unreaped WR. sq_depth
@@ -167,7 +176,8 @@ struct zcrpc_conn {
 
 	/* Credits (docs/protocol.md §3). */
 	uint32_t credits; /* messages we may still send to the peer */
-	uint32_t owed;	  /* reposted receives not yet reported to the peer */
+	uint32_t owed;	  /* credits promised to the peer, not yet sent */
+	int64_t last_data_ns; /* last DATA sent (an idle peer's release) */
 	uint32_t peer_recv_depth, peer_max_msg;
 	uint32_t peer_max_write; /* the peer's hello (FEAT_PIECE); 0 = none */
 	uint32_t features;
@@ -177,7 +187,7 @@ struct zcrpc_conn {
 	/* Admission (auth.c): the key and nonce while authenticating. */
 	struct zcrpc__auth *auth; /* NULL: no key on this connection */
 	uint8_t auth_phase; /* enum zcrpc__auth_phase; 0 = not authenticating */
-	uint32_t recv_initial; /* receives posted at setup; 0 = recv_depth */
+	uint32_t recv_initial; /* credits granted at setup; 0 = share_min */
 
 	/* The connect, handshake or close deadline (conn.c). */
 	struct zcrpc__timer deadline;

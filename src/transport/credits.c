@@ -1,7 +1,9 @@
 /* zcrpc — credit-based flow control (docs/protocol.md §3): a message
- * costs one credit and carries back the receives reposted since the last
- * one (owed); an explicit CREDIT message returns them when no message
- * did; credits a peer returns are checked against what it was granted. */
+ * costs one credit and carries back the credits owed to the peer (its
+ * share of the shared receive queue, srq.c); an explicit CREDIT message
+ * returns them when no message did; credits a peer returns are checked
+ * against what it may grant; an idle connection gives the extra credits
+ * the peer granted back with RELEASE. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -39,6 +41,7 @@ int zcrpc__credits_post_msg(zcrpc_conn *c, const struct zcrpc__slot *s,
 		return rc;
 	c->credits--;
 	c->owed -= give;
+	c->out += give; /* still promised: the peer holds them now */
 	return 0;
 }
 
@@ -50,7 +53,8 @@ void zcrpc__credits_maybe_send(zcrpc_conn *c)
 
 	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
 		return;
-	if (c->owed < c->recv_depth / 2 || c->credits < 1 || zcrpc__sq_room(c) < 1)
+	if (!c->owed || c->owed < c->share / 2 || c->credits < 1 ||
+	    zcrpc__sq_room(c) < 1)
 		return;
 	if (zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN, &s) != ZCRPC_OK)
 		return; /* try again after the next completion */
@@ -65,11 +69,52 @@ void zcrpc__credits_maybe_send(zcrpc_conn *c)
  * after failing the connection when that is more than it was granted. */
 int zcrpc__credits_returned(zcrpc_conn *c, uint32_t got)
 {
-	if (got > c->peer_recv_depth - c->credits) {
+	/* A peer with shared receives grants beyond its hello, never more
+	 * than a window can hold. */
+	uint32_t most = (c->features & ZCRPC_FEAT_SHARED)
+				? ZCRPC_MAX_QUEUE_DEPTH
+				: c->peer_recv_depth;
+
+	if (c->credits > most || got > most - c->credits) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: peer returned more credits than it granted");
 		return -1;
 	}
 	c->credits += got;
 	return 0;
+}
+
+int zcrpc__credits_on_release(zcrpc_conn *c, uint32_t n)
+{
+	if (n > c->out) {
+		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
+				 "protocol violation: the peer released %u "
+				 "credits of %u",
+				 n, c->out);
+		return -1;
+	}
+	zcrpc__srq_released(c, n);
+	return 0;
+}
+
+/* Gives back what the peer granted beyond its guaranteed part (its hello's
+ * recv_depth) once nothing was sent for @idle_ns: the RELEASE costs one
+ * credit and returns the rest of the extra ones. */
+void zcrpc__credits_maybe_release(zcrpc_conn *c, int64_t now, int64_t idle_ns)
+{
+	uint8_t msg[ZCRPC_RELEASE_MSG_LEN];
+	uint32_t k;
+
+	if (!(c->features & ZCRPC_FEAT_SHARED) ||
+	    c->state != ZCRPC_CONN_ESTABLISHED || c->closing ||
+	    c->credits < c->peer_recv_depth + ZCRPC_RELEASE_MIN + 1 ||
+	    now - c->last_data_ns < idle_ns)
+		return;
+	k = c->credits - 1 - c->peer_recv_depth;
+	zcrpc__put_le32(msg, k);
+	if (zcrpc__conn_send_ctrl(c, ZCRPC_MSG_RELEASE, msg, sizeof(msg), 0) !=
+	    ZCRPC_OK)
+		return;
+	c->credits -= k;
+	c->stats.credits_released += k;
 }

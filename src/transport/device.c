@@ -1,6 +1,6 @@
 /* zcrpc — the devices of the worker's context as this worker uses them:
  * one completion channel each (in the worker's epoll set), opened when a
- * connection first uses the device. */
+ * connection first uses the device; its shared receive queue is srq.c's. */
 #include "internal.h"
 
 #include <errno.h>
@@ -72,6 +72,7 @@ void zcrpc__device_close(zcrpc_worker *w, int idx)
 {
 	struct zcrpc__device *d = &w->dev[idx];
 
+	zcrpc__srq_close(w, d);
 	if (!d->comp_ch)
 		return;
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, d->comp_ch->fd, NULL);

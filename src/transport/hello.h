@@ -53,7 +53,14 @@ extern "C" {
 #define ZCRPC_FEAT_CLOSE 0x8U	/* the sender ends an orderly close with a
 				   CLOSE message (docs/protocol.md §5), so
 				   the peer can tell it from a crash */
-#define ZCRPC_FEAT_ALL (ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE) /* set in every hello */
+#define ZCRPC_FEAT_SHARED                                                      \
+	0x10U /* the sender's receives are shared (srq.c):                     \
+		 it may grant credits beyond its hello's                       \
+		 recv_depth and takes back the extra ones                      \
+		 an idle peer RELEASEs (docs/protocol.md §3) */
+#define ZCRPC_FEAT_ALL                                                         \
+	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
+	 ZCRPC_FEAT_SHARED) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

@@ -152,18 +152,31 @@ void zcrpc__sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st);
 void zcrpc__sq_flush_all(zcrpc_conn *c);
 void zcrpc__conn_keepalive(zcrpc_conn *c);
 
-/* ---- recv_ring.c: the receive positions */
-zcrpc_status zcrpc__conn_post_all_recvs(zcrpc_conn *c);
-/* Receives at positions [@from, @to) from the pool (docs/design.md). */
-zcrpc_status zcrpc__conn_post_recvs(zcrpc_conn *c, uint32_t from, uint32_t to);
-void zcrpc__conn_retry_reposts(zcrpc_conn *c);
-/* The receive at @pos was consumed: repost its slot (or a fresh one when
- * @kept: the application has it) and owe the peer its credit. */
-void zcrpc__recv_recycle(zcrpc_conn *c, uint32_t pos, int kept);
-/* The receive at @pos was consumed outside on_recv: repost it and owe the
- * peer its credit. */
-void zcrpc__conn_recv_consumed(zcrpc_conn *c, uint32_t pos);
-void zcrpc__recv_release(zcrpc_conn *c);
+/* ---- srq.c: the shared receive queue and its credit budget */
+zcrpc_status zcrpc__srq_open(zcrpc_worker *w, struct zcrpc__device *d);
+/* Destroys the queue and gives its slots back (no QP may use it). */
+void zcrpc__srq_close(zcrpc_worker *w, struct zcrpc__device *d);
+/* @c joins its device's queue with @n credits promised (its first grant,
+ * the hello's recv_depth). RESOURCE_EXHAUSTED (connection failed) when
+ * the budget cannot promise them. */
+zcrpc_status zcrpc__srq_admit(zcrpc_conn *c, uint32_t n);
+/* Raises @c's share to @share (as far as free receives allow), the new
+ * credits owed to the peer. Returns how many it added. */
+uint32_t zcrpc__srq_raise(zcrpc_conn *c, uint32_t share);
+/* One of @c's credits was consumed. -1: the peer had none (failed). */
+int zcrpc__srq_consume(zcrpc_conn *c);
+/* The delivery of position @pos ended: repost it (a fresh slot if
+ * @kept) and give the credit to @c (NULL: none), or a hungry peer. */
+void zcrpc__srq_recycle(zcrpc_worker *w, struct zcrpc__device *d, zcrpc_conn *c,
+			uint32_t pos, int kept);
+/* The receive being delivered to @c (c->cur_recv) is done with. */
+void zcrpc__conn_recv_done(zcrpc_conn *c, int kept);
+/* Positions waiting for pool slots get them, as far as there are some. */
+void zcrpc__srq_retry(zcrpc_worker *w);
+/* The peer gave @n of its credits back (checked by the caller). */
+void zcrpc__srq_released(zcrpc_conn *c, uint32_t n);
+/* @c leaves the queue (teardown): its credits are free again. */
+void zcrpc__srq_leave(zcrpc_conn *c);
 
 /* ---- credits.c: flow control */
 /* Sends the message in @s (payload of @len bytes in place) with one
@@ -172,6 +185,12 @@ int zcrpc__credits_post_msg(zcrpc_conn *c, const struct zcrpc__slot *s,
 			    uint8_t type, size_t len, uint8_t kind);
 void zcrpc__credits_maybe_send(zcrpc_conn *c);
 int zcrpc__credits_returned(zcrpc_conn *c, uint32_t got);
+/* The peer's RELEASE gave back @n more credits. -1: more than it held. */
+int zcrpc__credits_on_release(zcrpc_conn *c, uint32_t n);
+/* A connection idle for @idle_ns gives the peer's extra credits back
+ * (RELEASE), when it holds at least ZCRPC_RELEASE_MIN of them. */
+#define ZCRPC_RELEASE_MIN 4
+void zcrpc__credits_maybe_release(zcrpc_conn *c, int64_t now, int64_t idle_ns);
 
 /* ---- msg.c: messages in and out */
 /* Sends a transport message of @type with @len payload bytes from @data,

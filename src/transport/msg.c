@@ -46,6 +46,7 @@ static zcrpc_status send_slot(zcrpc_conn *c, const struct zcrpc__slot *s,
 	}
 	c->stats.msgs_sent++;
 	c->stats.bytes_sent += len;
+	c->last_data_ns = c->w->now_ns;
 	return ZCRPC_OK;
 }
 
@@ -152,7 +153,7 @@ zcrpc_status zcrpc_conn_recv_keep(zcrpc_conn *c, zcrpc_msg *out)
 		return ZCRPC_INVALID_ARGUMENT;
 	if (!c->in_recv || c->kept)
 		return ZCRPC_FAILED_PRECONDITION;
-	s = &c->recv[c->cur_recv];
+	s = &c->dev->srq.slot[c->cur_recv];
 	out->data = s->ptr + ZCRPC_MSG_HDR_LEN;
 	out->capacity = s->size - ZCRPC_MSG_HDR_LEN;
 	out->id = s->id;
@@ -169,9 +170,17 @@ static int is_close(const zcrpc_conn *c, const uint8_t *p, uint32_t len)
 	       zcrpc__get_le32(p + ZCRPC_MSG_HDR_LEN) < ZCRPC_STATUS_COUNT;
 }
 
+/* A well-formed RELEASE (docs/protocol.md §3): only with FEAT_SHARED, a
+ * 4-byte count. */
+static int is_release(const zcrpc_conn *c, const uint8_t *p, uint32_t len)
+{
+	return p[0] == ZCRPC_MSG_RELEASE && (c->features & ZCRPC_FEAT_SHARED) &&
+	       len == ZCRPC_RELEASE_MSG_LEN;
+}
+
 void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 {
-	const uint8_t *p = c->recv[pos].ptr;
+	const uint8_t *p = c->dev->srq.slot[pos].ptr;
 	uint32_t len;
 	int kept;
 
@@ -185,10 +194,10 @@ void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 		return;
 	}
 	len = zcrpc__get_le32(p + 4);
-	if (len != byte_len - ZCRPC_MSG_HDR_LEN ||
-	    len > c->w->opts.max_msg || p[1] != 0 ||
+	if (len != byte_len - ZCRPC_MSG_HDR_LEN || len > c->w->opts.max_msg ||
+	    p[1] != 0 ||
 	    (p[0] != ZCRPC_MSG_DATA && p[0] != ZCRPC_MSG_CREDIT &&
-	     !is_close(c, p, len)) ||
+	     !is_close(c, p, len) && !is_release(c, p, len)) ||
 	    (p[0] == ZCRPC_MSG_CREDIT && len != 0)) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: type %u flags %u length %u in a %u-byte message",
@@ -206,6 +215,10 @@ void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 	kept = 0;
 	if (p[0] == ZCRPC_MSG_CLOSE)
 		zcrpc__conn_on_close_msg(c, p + ZCRPC_MSG_HDR_LEN);
+	if (p[0] == ZCRPC_MSG_RELEASE &&
+	    zcrpc__credits_on_release(c,
+				      zcrpc__get_le32(p + ZCRPC_MSG_HDR_LEN)))
+		return;
 	if (p[0] == ZCRPC_MSG_DATA) {
 		c->stats.msgs_recv++;
 		c->stats.bytes_recv += len;
@@ -220,10 +233,7 @@ void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 			c->kept = 0;
 		}
 	}
-	if (kept && (c->state == ZCRPC_CONN_CLOSED || c->closing)) {
-		/* The application owns the slot now; the position is empty. */
-		c->recv_has[pos] = 0;
-		return;
-	}
-	zcrpc__recv_recycle(c, pos, kept);
+	/* kept: the application owns the slot now; the position gets a
+	 * fresh one */
+	zcrpc__conn_recv_done(c, kept);
 }

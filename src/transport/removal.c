@@ -119,6 +119,7 @@ static void sweep_one(zcrpc_worker *w, int idx)
 		if (verbs && l->id && l->id->verbs == verbs)
 			zcrpc__listener_drop_device(l);
 	}
+	zcrpc__srq_close(w, &w->dev[idx]); /* its slots back to the pool */
 	zcrpc__pool_drop_device(w->pool, idx);
 	zcrpc__device_close(w, idx);
 }

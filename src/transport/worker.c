@@ -85,8 +85,10 @@ static int64_t keepalive_period_ns(const zcrpc_worker *w)
 
 /* The keepalive timer: probes every established connection idle for
  * keepalive_ms that has no probe outstanding and room in its send ring (a
- * full ring has work in flight that finds a dead peer as well). Checks
- * again in keepalive_ms / 2 while any connection is established. */
+ * full ring has work in flight that finds a dead peer as well), and lets
+ * one that sent nothing for as long give its extra credits back (RELEASE,
+ * credits.c). Checks again in keepalive_ms / 2 while any connection is
+ * established. */
 static void check_keepalives(struct zcrpc__timer *t, int64_t now)
 {
 	zcrpc_worker *w = zcrpc__container_of(t, zcrpc_worker, keepalive);
@@ -100,6 +102,7 @@ static void check_keepalives(struct zcrpc__timer *t, int64_t now)
 		    c->torn_down || ZCRPC_CONN_FROZEN(c))
 			continue;
 		any = 1;
+		zcrpc__credits_maybe_release(c, now, idle);
 		if (c->ka_outstanding || now - c->last_active_ns < idle ||
 		    zcrpc__sq_room(c) < 1)
 			continue;
@@ -133,6 +136,8 @@ void zcrpc_worker_opts_init_sized(zcrpc_worker_opts *caller, size_t size)
 	opts->pool_max_slots = 65536;
 	opts->context = NULL;
 	opts->keepalive_ms = 1000;
+	opts->recv_budget = ZCRPC_RECV_BUDGET_DEFAULT;
+	opts->recv_share = ZCRPC_RECV_SHARE_DEFAULT;
 	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
@@ -143,7 +148,11 @@ static zcrpc_status check_opts(const zcrpc_worker_opts *o)
 	    o->send_depth > ZCRPC_MAX_QUEUE_DEPTH || o->max_msg < 1 ||
 	    o->max_msg > 8u * 1024 * 1024 || o->retry_count > 6 ||
 	    o->rnr_retry_count > 7 || o->ack_timeout > 31 ||
-	    o->pool_max_slots < 2 || o->pool_max_slots > 0xffffffU)
+	    o->pool_max_slots < 2 || o->pool_max_slots > 0xffffffU ||
+	    o->recv_budget > ZCRPC_MAX_RECV_BUDGET ||
+	    o->recv_share < ZCRPC_MIN_QUEUE_DEPTH ||
+	    o->recv_share > ZCRPC_MAX_QUEUE_DEPTH ||
+	    o->recv_budget < o->recv_share)
 		return ZCRPC_INVALID_ARGUMENT;
 	return ZCRPC_OK;
 }
@@ -189,6 +198,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 		st = ZCRPC_INVALID_ARGUMENT;
 		goto err_free;
 	}
+	if (!w->opts.recv_budget) /* 0 = the default (docs/abi.md) */
+		w->opts.recv_budget = ZCRPC_RECV_BUDGET_DEFAULT;
+	if (!w->opts.recv_share)
+		w->opts.recv_share = ZCRPC_RECV_SHARE_DEFAULT;
 	st = check_opts(&w->opts);
 	if (st != ZCRPC_OK)
 		goto err_free;
@@ -294,8 +307,8 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 		w->posts = p->next;
 		free(p);
 	}
+	zcrpc__device_close_all(w); /* the shared receive queues' slots first */
 	zcrpc__pool_destroy(w->pool);
-	zcrpc__device_close_all(w);
 	zcrpc__context_remove_worker(w->ctx, w);
 	zcrpc__context_unref(w->ctx);
 	rdma_destroy_event_channel(w->cm_ch);
@@ -375,6 +388,16 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *dst,
 	out->rejected_auth = w->rejected_auth;
 	out->rejected_busy = w->rejected_busy;
 	out->handshake_timeouts = w->handshake_timeouts;
+	out->rejected_budget = w->rejected_budget;
+	for (i = 0; i < ZCRPC_MAX_DEVICES; i++) {
+		const struct zcrpc__srq *q = &w->dev[i].srq;
+
+		if (!q->srq)
+			continue;
+		out->recv_budget += q->cap;
+		out->recv_posted += q->posted;
+		out->recv_promised += q->promised;
+	}
 	zcrpc__list_foreach(it, &w->listeners) out->handshakes +=
 		zcrpc__listener_of(it)->handshakes;
 	zcrpc__pool_get_stats(w->pool, &ps);
@@ -511,9 +534,9 @@ static int poll_conns(zcrpc_worker *w)
 		if (!c->cq || c->torn_down)
 			continue;
 		n += zcrpc__conn_poll(c);
-		if (c->recv_missing && w->reposts_pending)
-			zcrpc__conn_retry_reposts(c);
 	}
+	if (w->reposts_pending)
+		zcrpc__srq_retry(w);
 	return n;
 }
 

@@ -73,7 +73,25 @@ struct zcrpc__src {
 	int idx; /* ZCRPC_SRC_ASYNC: the context's device index */
 };
 
-/* A context device as one worker uses it: its completion channel. */
+/* srq.c: a worker's shared receive queue on one device, and the credit
+ * budget its connections share (docs/design.md "Shared receive path"). */
+struct zcrpc__srq {
+	struct ibv_srq *srq; /* NULL until a connection needs it */
+	uint32_t cap;	     /* positions at most: the budget (max_srq_wr) */
+	uint32_t npos;	     /* positions made so far, [0, npos) */
+	struct zcrpc__slot *slot; /* per position: its pool slot */
+	uint8_t *has;		  /* per position: 1 holds a slot (srq.c) */
+	uint32_t posted;	  /* receives in the queue now */
+	uint32_t promised;	  /* of them, credits of connections */
+	uint32_t missing;	  /* positions waiting for a pool slot */
+	uint32_t *empty;	  /* positions left empty (not needed) */
+	uint32_t nempty;
+	uint32_t conns;		   /* connections on it */
+	struct zcrpc__list hungry; /* connections below their share */
+};
+
+/* A context device as one worker uses it: its completion channel and its
+ * shared receive queue. */
 struct zcrpc__device {
 	int idx; /* in the context */
 	struct ibv_context *verbs;
@@ -82,6 +100,7 @@ struct zcrpc__device {
 	uint32_t max_msg_sz;
 	struct ibv_comp_channel *comp_ch;
 	struct zcrpc__src src;
+	struct zcrpc__srq srq;
 };
 
 /* Active-side address and route resolution, run on a setup thread. */
@@ -140,13 +159,14 @@ struct zcrpc_worker {
 	int in_progress;
 	int posts_ran; /* this progress call ran posted functions */
 	int need_reap;
-	uint32_t reposts_pending;    /* conns waiting for pool slots */
+	uint32_t reposts_pending;    /* SRQ positions waiting for pool slots */
 	zcrpc_conn_stats gone;	     /* totals of freed connections */
 	struct zcrpc__list ctx_link; /* ctx->workers (under ctx->lock) */
 	unsigned removed_seen;	     /* device indexes swept (removal.c) */
 	unsigned removed_gen;	     /* ctx->removed_gen when last swept */
 	uint64_t rejected_auth, rejected_busy,
 		handshake_timeouts; /* admission */
+	uint64_t rejected_budget; /* connections refused: receive budget spent */
 #ifdef ZCRPC_TESTING
 	uint32_t test_no_features; /* tests: bits its hellos leave out */
 #endif

@@ -204,7 +204,8 @@ void zcrpc__write_on_imm(zcrpc_conn *c, uint32_t pos, uint32_t imm,
 	c->stats.write_imms_recv++;
 	if (c->h.on_write_imm && !c->dead)
 		c->h.on_write_imm(c, imm, byte_len, c->h.arg);
-	zcrpc__recv_recycle(c, pos, 0);
+	(void)pos; /* c->cur_recv */
+	zcrpc__conn_recv_done(c, 0);
 }
 
 /* Teardown: every write not fully posted is answered UNAVAILABLE. */

@@ -278,7 +278,7 @@ protected:
 
 } // namespace
 
-TEST_F(Admission, GoodKeyConnectsCallsAndGetsTheWholeWindowAfterItsProof)
+TEST_F(Admission, GoodKeyConnectsCallsAndGetsItsGuaranteedShareAfterItsProof)
 {
 	AuthServer srv;
 	ASSERT_TRUE(srv.Start(env_.addr0, ServerOpts(kKey)));
@@ -293,14 +293,15 @@ TEST_F(Admission, GoodKeyConnectsCallsAndGetsTheWholeWindowAfterItsProof)
 	EXPECT_EQ(srv.connects.load(), 1);
 
 	// At the transport level: ESTABLISHED only after the proof, with the
-	// server's whole window (1040) granted, though its ACCEPT offered 2.
+	// server's guaranteed share (recv_share 16) granted, though its ACCEPT
+	// offered 2.
 	Conn c;
 	ASSERT_EQ(c.Start(w_, env_.addr0, srv.port(), kKey), ZCRPC_OK);
 	ASSERT_TRUE(Wait([&] { return c.established || c.closed; }, 10000));
 	ASSERT_EQ(c.established, 1) << c.detail;
 	zcrpc_conn_stats cs;
 	zcrpc_conn_get_stats(c.conn, &cs, sizeof(cs));
-	EXPECT_EQ(cs.peer_recv_depth, 1040u);
+	EXPECT_EQ(cs.peer_recv_depth, 16u);
 	EXPECT_TRUE(zcrpc_conn_can_send(c.conn));
 	uint8_t proof[ZCRPC_AUTH_PROOF_LEN];
 	EXPECT_EQ(zcrpc__conn_test_auth_sent(c.conn, proof), ZCRPC_OK);

@@ -531,18 +531,25 @@ TEST_F(BulkMem, OneConnectionCannotTakeAllBulkMemoryOrStallTheWorker)
 	zcrpc_worker_destroy(lw);
 }
 
-// Item 7: after a peak (8 more connections, each with its window of
-// receive slots, and 16 calls of 4 MiB in flight) and an idle period, the
-// pinned size of the bulk cache and of the worker's pool falls back to
-// the working size: one idle connection, and a region of slack per pool
-// class. Before the fix it stayed at the peak.
+// Item 7: after a peak (8 more connections, each guaranteed its whole
+// window of receives, and 16 calls of 4 MiB in flight) and an idle period,
+// the pinned size of the bulk cache and of the worker's pool falls back to
+// the working size: a region of slack per pool class. Before the fix it
+// stayed at the peak. Since the shared receive queue (issue 13), receives
+// a departed connection was promised stay posted until traffic consumes
+// them or the worker's last connection on the device closes
+// (docs/design.md "Shared receive path"): the idle period here follows the
+// last close.
 TEST_F(BulkMem, MemoryTakenAtAPeakIsGivenBackWhenItStaysFree)
 {
 	zcrpc_server_opts so;
 	zcrpc_server_opts_init(&so);
 	so.idle_release_ms = static_cast<int>(1000 * TimeScale());
+	zcrpc_worker_opts wo;
+	zcrpc_worker_opts_init(&wo);
+	wo.recv_share = 1040; // each connection's whole window: the peak
 	TimedServer server;
-	ASSERT_TRUE(server.Start(env_.addr0, &so));
+	ASSERT_TRUE(server.Start(env_.addr0, &so, &wo));
 	const std::string port = std::to_string(server.port());
 	const uint32_t echo = zcrpc_method_id(kEcho);
 	zcrpc_worker *cw = nullptr;
@@ -604,8 +611,10 @@ TEST_F(BulkMem, MemoryTakenAtAPeakIsGivenBackWhenItStaysFree)
 	const uint32_t peak_cap = pool_cap();
 	for (auto ch : extra)
 		zcrpc_channel_destroy(ch);
-	ASSERT_TRUE(ProgressUntil(cw, [&] { return server.Stats().connections == 1; },
-				  Scaled(20000)));
+	zcrpc_channel_destroy(main_ch);
+	ASSERT_TRUE(ProgressUntil(
+		cw, [&] { return server.Stats().connections == 0; },
+		Scaled(20000)));
 
 	// Idle: the memory goes back within a few idle periods.
 	const auto t0 = steady_clock::now();
@@ -632,6 +641,9 @@ TEST_F(BulkMem, MemoryTakenAtAPeakIsGivenBackWhenItStaysFree)
 	EXPECT_GT(after.bulk_released, 0u);
 
 	// The working load still runs, and a new peak is served again.
+	ASSERT_EQ(zcrpc_channel_create(cw, env_.addr0.c_str(), port.c_str(),
+				       nullptr, &main_ch),
+		  ZCRPC_OK);
 	{
 		Result r, b;
 		call(main_ch, &r, Pattern(4, 100));

@@ -100,11 +100,13 @@ struct Peer {
 	int established = 0, closed = 0, recvd = 0, unavailable = 0, removed = 0;
 	bool echo = false;
 
-	explicit Peer(uint32_t keepalive_ms, zcrpc_context *ctx = nullptr)
+	explicit Peer(uint32_t keepalive_ms, zcrpc_context *ctx = nullptr,
+		      uint32_t recv_share = 0)
 	{
 		zcrpc_worker_opts o;
 		zcrpc_worker_opts_init(&o);
 		o.context = ctx;
+		o.recv_share = recv_share; // 0: the default
 		o.keepalive_ms = keepalive_ms;
 		o.ack_timeout = 14;
 		o.retry_count = 3;
@@ -434,7 +436,9 @@ TEST_F(Device, InjectedQpFatalAndCqErrorFailOnlyTheirConnection)
 // connection fails, UNAVAILABLE, naming the event. Nothing leaks.
 TEST_F(Device, RealCqOverrunFailsOnlyItsConnection)
 {
-	Peer srv(0), cli(0);
+	// The server guarantees its whole window (64 credits), so the client
+	// can burst well past the tiny CQ without waiting for a credit.
+	Peer srv(0, nullptr, 64), cli(0);
 	ASSERT_TRUE(srv.Listen(env_.addr1));
 	ASSERT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
 	zcrpc__test_next_cq_entries(4); // the client's next connection

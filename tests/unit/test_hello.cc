@@ -214,7 +214,8 @@ TEST(Hello, EveryHelloAnnouncesTheCloseMessage)
 	EXPECT_EQ(ZCRPC_FEAT_ALL & ZCRPC_FEAT_AUTH, 0u) << "AUTH is set per connection";
 	for (uint8_t kind : {ZCRPC_HELLO_CONNECT, ZCRPC_HELLO_ACCEPT}) {
 		auto buf = Encode(Sample(kind));
-		EXPECT_EQ(buf[8], ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE);
+		EXPECT_EQ(buf[8], ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE |
+					  ZCRPC_FEAT_CLOSE | ZCRPC_FEAT_SHARED);
 		EXPECT_EQ(buf[9] | buf[10] | buf[11], 0);
 		zcrpc_hello out{};
 		ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
