@@ -359,6 +359,23 @@ typedef struct zcrpc_server_opts {
 	 * slack). Checked every idle_release_ms / 2 from the server's timer.
 	 * 0 = default (10000). */
 	int idle_release_ms;
+	/** Connections at once; beyond it a client is rejected with
+	 * RESOURCE_EXHAUSTED, "connection limit of N reached" (see
+	 * zcrpc_listen_opts.max_connections). 0 = unlimited (the default). */
+	uint32_t max_connections;
+	/** Connections at once from one source address, handshakes included;
+	 * beyond it RESOURCE_EXHAUSTED, "per-source connection limit of N
+	 * reached for ADDR" (see zcrpc_listen_opts.max_conns_per_source).
+	 * Default 64; 0 = unlimited. */
+	uint32_t max_conns_per_source;
+	/** A connection that has made no call this long after it was
+	 * accepted (on_connect) is closed: the client's connection closes
+	 * with DEADLINE_EXCEEDED (its error: "the peer closed the connection
+	 * reporting an error (DEADLINE_EXCEEDED)"), on_disconnect sees
+	 * DEADLINE_EXCEEDED and zcrpc_server_stats.idle_closed counts it. A
+	 * connection that made a call (a request frame arrived) is never
+	 * closed for idling. Default 30000; 0 = off. */
+	int idle_timeout_ms;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_server_opts;
 
@@ -528,6 +545,9 @@ typedef struct zcrpc_server_stats {
 	/** Bytes of the worker's pool (send and receive slots) registered
 	 * now; it falls as idle regions are given back (idle_release_ms). */
 	uint64_t pool_pinned;
+	/** Connections closed because they made no call within
+	 * idle_timeout_ms (also counted in conns_lost). */
+	uint64_t idle_closed;
 	/* New counters go here. */
 } zcrpc_server_stats;
 

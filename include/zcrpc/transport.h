@@ -398,6 +398,20 @@ typedef struct zcrpc_listen_opts {
 	 * is closed and everything it held is released. Default 10000;
 	 * 0 = the default. */
 	int handshake_timeout_ms;
+	/** Connections this listener holds at once, counted from the connect
+	 * request until the connection is torn down (after it closed, or was
+	 * destroyed), handshakes included; a request beyond it is rejected
+	 * with RESOURCE_EXHAUSTED and the reason "connection limit of N
+	 * reached", which the client reports, and counted in
+	 * zcrpc_worker_stats.rejected_conn_limit. 0 = unlimited (the
+	 * default). */
+	uint32_t max_connections;
+	/** The same count per source address (IPv4 or IPv6 of the connecting
+	 * peer): a request beyond it is rejected with RESOURCE_EXHAUSTED,
+	 * "per-source connection limit of N reached for ADDR"
+	 * (rejected_source_limit), so one client cannot take every connection
+	 * of the server. Default 64; 0 = unlimited. */
+	uint32_t max_conns_per_source;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_listen_opts;
 
@@ -744,15 +758,26 @@ typedef struct zcrpc_worker_stats {
 				      *   bind or invalidate (see zcrpc_conn_stats) */
 	uint64_t flushed_wcs;	     /**< flush completions collected at teardown */
 	uint64_t unflushed_wrs;	     /**< WRs whose flush did not come (should stay 0) */
-	uint32_t recv_budget; /**< receives the shared receive queues may hold
-			       *   (recv_budget per device in use) */
-	uint32_t recv_posted; /**< receives in the shared receive queues now */
-	uint32_t recv_promised; /**< of them, promised to connections as credits
-				 */
-	uint64_t rejected_budget; /**< connections refused: the receive budget
-				   * could not promise their guaranteed credits
-				   */
-				  /* New counters go here. */
+	/** receives the shared receive queues may hold (recv_budget per
+	 * device in use) */
+	uint32_t recv_budget;
+	uint32_t recv_posted;	/**< receives in the shared receive queues now */
+	uint32_t recv_promised; /**< of them, promised to connections as credits */
+	/** connections refused: the receive budget could not promise their
+	 * guaranteed credits (also counted in rejected_setup when passive) */
+	uint64_t rejected_budget;
+	/* Connect requests refused, by reason (each logged, and reported to
+	 * the client in its REJECT; with rejected_busy and rejected_auth): */
+	uint64_t rejected_hello;      /**< malformed handshake, another protocol
+				       *   version, retry_count 7 */
+	uint64_t rejected_conn_limit; /**< max_connections reached */
+	uint64_t rejected_source_limit; /**< max_conns_per_source reached */
+	uint64_t rejected_setup;	/**< the connection could not be set up
+					 *   (no pool slot for its receives, out of
+					 *   memory, the device's limits, its port
+					 *   down): RESOURCE_EXHAUSTED or the setup's
+					 *   status, with the reason */
+					/* New counters go here. */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out, at most @out_size bytes (pass

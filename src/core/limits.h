@@ -38,4 +38,13 @@
  * messages in flight; a busy connection's share doubles from there. */
 #define ZCRPC_RECV_SHARE_DEFAULT 16U
 
+/* Connections one source address may hold open at one listener (counted
+ * from the connect request until torn down, handshakes included), the
+ * default of zcrpc_listen_opts / zcrpc_server_opts.max_conns_per_source:
+ * one client cannot take every connection of a server (issue 13: 63 silent
+ * connections locked every other client out). 64 leaves a client process
+ * room for a channel per thread of a large host; a test or a proxy that
+ * funnels many clients raises it. */
+#define ZCRPC_DEFAULT_CONNS_PER_SOURCE 64U
+
 #endif /* ZCRPC_CORE_LIMITS_H */

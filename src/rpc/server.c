@@ -1,13 +1,22 @@
 /* zcrpc — the server: its lifetime, method registration, listening and
  * accepting, its timer (deferred frames, buffers registered off-thread,
- * bulk time limits, memory given back), GOAWAY and graceful shutdown,
+ * bulk time limits, memory given back), the idle timeout of connections
+ * that never made a call, GOAWAY and graceful shutdown,
  * statistics. Calls are in server_dispatch.c, replies in server_reply.c,
  * bulk parts in server_bulk.c, frames out in server_send.c. */
 #include "server_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../core/limits.h"
+
+/* zcrpc_server_opts.idle_timeout_ms's default: a connection with no call
+ * 30 s after its accept is closed (a client that connects and never calls
+ * holds a connection of its source's limit for at most that long). */
+#define ZCRPC_DEFAULT_IDLE_TIMEOUT_MS 30000
 
 const struct method *zcrpc__server_find_method(const zcrpc_server *s,
 					       uint32_t id)
@@ -63,8 +72,35 @@ static void sconn_free(struct sconn *sc)
 		s->npframes--;
 		free(p);
 	}
+	zcrpc__timer_stop(s->w, &sc->idle);
 	zcrpc__list_remove(&sc->link);
 	free(sc);
+}
+
+/* idle_timeout_ms passed and the connection never made a call: close it,
+ * reporting DEADLINE_EXCEEDED to the client (docs/design.md, Admission). */
+static void on_idle(struct zcrpc__timer *t, int64_t now)
+{
+	struct sconn *sc =
+		(struct sconn *)((char *)t - offsetof(struct sconn, idle));
+	zcrpc_server *s = sc->s;
+
+	(void)now;
+	if (sc->called || sc->closed || zcrpc__conn_closing(sc->conn))
+		return;
+	s->st.idle_closed++;
+	zcrpc__conn_abort(
+		sc->conn, ZCRPC_DEADLINE_EXCEEDED,
+		"no call within idle_timeout_ms (%d ms) of the accept",
+		s->o.idle_timeout_ms);
+}
+
+void zcrpc__sconn_called(struct sconn *sc)
+{
+	if (sc->called)
+		return;
+	sc->called = 1;
+	zcrpc__timer_stop(sc->s->w, &sc->idle);
 }
 
 static void on_state(zcrpc_conn *conn, zcrpc_conn_state st, zcrpc_status why,
@@ -129,6 +165,12 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 	h.arg = sc;
 	zcrpc_conn_set_handlers(conn, &h);
 	s->st.connections++;
+	sc->idle.fn = on_idle;
+	if (s->o.idle_timeout_ms > 0)
+		zcrpc__timer_start(s->w, &sc->idle,
+				   zcrpc__now_ns() +
+					   (int64_t)s->o.idle_timeout_ms *
+						   1000000LL);
 	if (s->o.on_connect)
 		s->o.on_connect(s, conn, s->o.arg);
 	if (s->shutting_down)
@@ -144,6 +186,8 @@ void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
 	o->size = sizeof(*o);
 	o->window = ZCRPC_RPC_DEFAULT_WINDOW;
 	o->bulk_threshold = 16384;
+	o->max_conns_per_source = ZCRPC_DEFAULT_CONNS_PER_SOURCE;
+	o->idle_timeout_ms = ZCRPC_DEFAULT_IDLE_TIMEOUT_MS;
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
@@ -168,7 +212,8 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		    (n->psk && (n->psk_len < ZCRPC_PSK_MIN ||
 				n->psk_len > ZCRPC_PSK_MAX)) ||
 		    n->handshake_timeout_ms < 0 ||
-		    n->bulk_write_timeout_ms < 0 || n->idle_release_ms < 0) {
+		    n->bulk_write_timeout_ms < 0 || n->idle_release_ms < 0 ||
+		    n->idle_timeout_ms < 0) {
 			free(s);
 			return ZCRPC_INVALID_ARGUMENT;
 		}
@@ -251,6 +296,8 @@ zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 	lo.psk_len = s->o.psk_len;
 	lo.max_handshakes = s->o.max_handshakes;
 	lo.handshake_timeout_ms = s->o.handshake_timeout_ms;
+	lo.max_connections = s->o.max_connections;
+	lo.max_conns_per_source = s->o.max_conns_per_source;
 	st = zcrpc_listen(s->w, host, port, &lo, &s->l);
 	if (st == ZCRPC_OK)
 		s->port = zcrpc_listener_get_port(s->l);

@@ -226,6 +226,7 @@ void zcrpc__sconn_on_recv(zcrpc_conn *conn, const void *data, size_t len,
 	}
 	switch (f.type) {
 	case ZCRPC_FRAME_REQUEST:
+		zcrpc__sconn_called(sc);
 		on_request(sc, &f);
 		break;
 	case ZCRPC_FRAME_CANCEL:

@@ -102,6 +102,10 @@ struct sconn {
 	int64_t landed_ns, landed_granted_ns; /* the last part that landed:
 					       * when, and when granted */
 	int closed;
+	/* idle_timeout_ms (server.c): armed at accept, stopped by the first
+	 * request; when it runs, the connection is closed. */
+	struct zcrpc__timer idle;
+	int called; /* a request frame arrived */
 };
 
 struct zcrpc_server {
@@ -147,6 +151,8 @@ static inline zcrpc_server_call *zcrpc__scall_lookup(zcrpc_server *s,
 /* ---- server.c ---- */
 const struct method *zcrpc__server_find_method(const zcrpc_server *s,
 					       uint32_t id);
+/* The connection made a call: it no longer closes for idling. */
+void zcrpc__sconn_called(struct sconn *sc);
 
 /* ---- server_send.c: frames out ---- */
 void zcrpc__sconn_send(struct sconn *sc, struct zcrpc__out *out);

@@ -215,6 +215,7 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 }
 
 #define PEER_CLOSED "the peer closed the connection (orderly close)"
+#define PEER_ERROR  "the peer closed the connection reporting an error (%s)"
 
 uint32_t zcrpc__worker_features(const zcrpc_worker *w)
 {
@@ -229,10 +230,11 @@ static void notify(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status)
 
 static void peer_closed_detail(zcrpc_conn *c)
 {
-	snprintf(c->detail, sizeof(c->detail), "%s",
-		 c->peer_close_status == ZCRPC_OK
-			 ? PEER_CLOSED
-			 : "the peer closed the connection reporting an error");
+	if (c->peer_close_status == ZCRPC_OK)
+		snprintf(c->detail, sizeof(c->detail), "%s", PEER_CLOSED);
+	else
+		snprintf(c->detail, sizeof(c->detail), PEER_ERROR,
+			 zcrpc_status_str(c->peer_close_status));
 }
 
 void zcrpc__conn_fail(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)
@@ -301,6 +303,8 @@ void zcrpc__conn_established(zcrpc_conn *c)
 	}
 }
 
+/* REJECTED: a REJECT hello's status, and its reason when the server sent
+ * one (docs/protocol.md §1); a reject without a hello is a refusal. */
 static void on_rejected(zcrpc_conn *c, int status, const void *pdata,
 			size_t plen)
 {
@@ -310,8 +314,9 @@ static void on_rejected(zcrpc_conn *c, int status, const void *pdata,
 	    h.kind == ZCRPC_HELLO_REJECT && h.status != ZCRPC_OK &&
 	    h.status < ZCRPC_STATUS_COUNT) {
 		zcrpc__conn_fail(c, (zcrpc_status)h.status,
-				 "server rejected the connection: %s",
-				 zcrpc_status_str((zcrpc_status)h.status));
+				 "server rejected the connection: %s%s%s",
+				 zcrpc_status_str((zcrpc_status)h.status),
+				 h.reason[0] ? ": " : "", h.reason);
 		return;
 	}
 	zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
@@ -325,11 +330,11 @@ static void on_disconnected(zcrpc_conn *c)
 {
 	if (c->closing)
 		zcrpc__conn_fail(c, ZCRPC_OK, "closed");
-	else if (c->peer_closed)
-		zcrpc__conn_fail(c, c->peer_close_status, "%s",
-				 c->peer_close_status == ZCRPC_OK
-					 ? PEER_CLOSED
-					 : "the peer closed the connection reporting an error");
+	else if (c->peer_closed && c->peer_close_status == ZCRPC_OK)
+		zcrpc__conn_fail(c, ZCRPC_OK, "%s", PEER_CLOSED);
+	else if (c->peer_closed) /* the status the peer closed for, named */
+		zcrpc__conn_fail(c, c->peer_close_status, PEER_ERROR,
+				 zcrpc_status_str(c->peer_close_status));
 	else if (c->features & ZCRPC_FEAT_CLOSE)
 		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
 				 "peer disconnected without closing (its process died or it lost the connection)");
@@ -669,6 +674,7 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	    !c->dev_gone && c->id && c->id->qp)
 		wait_close_sent(c);
 	c->torn_down = 1;
+	zcrpc__limits_release(c); /* its listener may take another */
 	if (ZCRPC_CONN_FROZEN(c))
 		return; /* leaked on purpose: destroying the id sends a DREQ */
 	if (c->id && c->id->qp && !c->disconnected && c->migrated)
@@ -701,6 +707,7 @@ void zcrpc__conn_free(zcrpc_conn *c)
 	zcrpc_worker *w = c->w;
 
 	zcrpc__worker_account_gone(w, c);
+	zcrpc__limits_release(c); /* freed without a teardown */
 	zcrpc__timer_stop(w, &c->deadline);
 	zcrpc__auth_free(c);
 	zcrpc__list_remove(&c->link);

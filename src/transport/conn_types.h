@@ -189,6 +189,12 @@ struct zcrpc_conn {
 	uint8_t auth_phase; /* enum zcrpc__auth_phase; 0 = not authenticating */
 	uint32_t recv_initial; /* credits granted at setup; 0 = share_min */
 
+	/* Passive: the listener whose connection limits count it, from the
+	 * connect request until torn down (conn_limits.c), and its source. */
+	zcrpc_listener *counted_by;
+	uint8_t src_key[16];
+	unsigned src_counted : 1;
+
 	/* The connect, handshake or close deadline (conn.c). */
 	struct zcrpc__timer deadline;
 	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
@@ -201,6 +207,12 @@ struct zcrpc_conn {
 #endif
 };
 
+/* conn_limits.c: connections of one source address at one listener. */
+struct zcrpc__src_count {
+	uint8_t key[16]; /* IPv6, or IPv4 mapped (::ffff:a.b.c.d) */
+	uint32_t n;	 /* 0: the entry is free */
+};
+
 struct zcrpc_listener {
 	zcrpc_worker *w;
 	struct zcrpc__list link; /* worker->listeners */
@@ -211,6 +223,12 @@ struct zcrpc_listener {
 	int failed; /* its device went away: id released, accepts nothing */
 	uint8_t psk[ZCRPC_PSK_MAX]; /* opts.psk points here (psk_len bytes) */
 	uint32_t handshakes; /* accepted connections not yet handed over */
+	/* conn_limits.c: connections counted (connect request to teardown),
+	 * and per source: an open-addressing table, sources_cap a power of
+	 * two (0 = none yet), counted only with max_conns_per_source. */
+	uint32_t conns;
+	struct zcrpc__src_count *sources;
+	uint32_t sources_cap, sources_used;
 	zcrpc_conn_handlers conn_handlers; /* opts.conn_handlers points here */
 };
 

@@ -8,11 +8,20 @@
 #include "../core/le.h"
 #include "../core/reason.h"
 
+/* The reason a REJECT carries: its bytes after the 32 (docs/protocol.md §1). */
+static size_t reason_len(const struct zcrpc_hello *h)
+{
+	if (h->kind != ZCRPC_HELLO_REJECT)
+		return 0;
+	return strnlen(h->reason, ZCRPC_HELLO_REASON_MAX);
+}
+
 size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 			   size_t cap)
 {
 	int nonce = h->kind == ZCRPC_HELLO_ACCEPT && (h->features & ZCRPC_FEAT_AUTH);
-	size_t len = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN;
+	size_t rlen = reason_len(h);
+	size_t len = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN + rlen;
 
 	if (cap < len)
 		return 0;
@@ -29,7 +38,27 @@ size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 		zcrpc__put_le32(buf + 24, h->max_write);
 	if (nonce)
 		memcpy(buf + ZCRPC_HELLO_LEN, h->nonce, ZCRPC_HELLO_NONCE_LEN);
+	if (rlen)
+		memcpy(buf + ZCRPC_HELLO_LEN, h->reason, rlen);
 	return len;
+}
+
+/* A REJECT's reason: the bytes after the 32, up to its length field, the
+ * first NUL or ZCRPC_HELLO_REASON_MAX; text from the peer, so control
+ * characters (a terminal's escapes, line breaks in a log) become '?'. */
+static void decode_reason(const uint8_t *buf, size_t hlen,
+			  struct zcrpc_hello *h)
+{
+	size_t n = hlen - ZCRPC_HELLO_LEN, i;
+
+	if (n > ZCRPC_HELLO_REASON_MAX)
+		n = ZCRPC_HELLO_REASON_MAX;
+	for (i = 0; i < n && buf[ZCRPC_HELLO_LEN + i]; i++) {
+		uint8_t ch = buf[ZCRPC_HELLO_LEN + i];
+
+		h->reason[i] = (char)(ch < 0x20 || ch == 0x7f ? '?' : ch);
+	}
+	h->reason[i] = '\0';
 }
 
 zcrpc_status zcrpc__hello_decode(const void *data, size_t len,
@@ -102,6 +131,9 @@ zcrpc_status zcrpc__hello_decode(const void *data, size_t len,
 					     hlen, ZCRPC_HELLO_AUTH_LEN);
 		memcpy(h.nonce, buf + ZCRPC_HELLO_LEN, ZCRPC_HELLO_NONCE_LEN);
 	}
+	h.reason[0] = '\0';
+	if (h.kind == ZCRPC_HELLO_REJECT)
+		decode_reason(buf, hlen, &h);
 	*out = h;
 	return ZCRPC_OK;
 }

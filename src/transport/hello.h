@@ -21,6 +21,9 @@
  *  +---------------------------------------------------------------+
  *  |        nonce (32 bytes; only in an ACCEPT with FEAT_AUTH)     | 32
  *  +---------------------------------------------------------------+
+ *  |  or, in a REJECT longer than 32 bytes: the reason, text of    | 32
+ *  |  length - 32 bytes (at most 116: the CM's REJ private data)   |
+ *  +---------------------------------------------------------------+
  *
  * All fields little-endian. docs/protocol.md is the normative description.
  */
@@ -41,6 +44,13 @@ extern "C" {
 #define ZCRPC_HELLO_LEN 32	  /* bytes this version writes */
 #define ZCRPC_HELLO_MAX_CONNECT 56 /* RDMA CM private data limit on connect */
 #define ZCRPC_HELLO_MAX 196	   /* RDMA CM private data limit on accept */
+#define ZCRPC_HELLO_MAX_REJECT                                                 \
+	148 /* RDMA CM private data limit on reject                            \
+	       (IB_CM_REJ_PRIVATE_DATA_SIZE) */
+/* The reason text a REJECT may carry after its 32 bytes (docs/protocol.md
+ * §1): what fits the reject's private data. */
+#define ZCRPC_HELLO_REASON_MAX                                                 \
+	(ZCRPC_HELLO_MAX_REJECT - ZCRPC_HELLO_LEN) /* 116 */
 
 /* Feature bits; a connection uses the intersection of both sides' bits,
  * except AUTH, whose meaning differs by direction (docs/protocol.md §1). */
@@ -88,11 +98,18 @@ struct zcrpc_hello {
 	/* ACCEPT with ZCRPC_FEAT_AUTH: the server's fresh random nonce; zero
 	 * otherwise. */
 	uint8_t nonce[ZCRPC_HELLO_NONCE_LEN];
+	/* REJECT: why, as text for the client's error (NUL-terminated; empty
+	 * for none, and from a peer that sends none). Encoded after the 32
+	 * bytes, cut at ZCRPC_HELLO_REASON_MAX; decoded with control
+	 * characters replaced by '?'. */
+	char reason[ZCRPC_HELLO_REASON_MAX + 1];
 };
 
-/* Writes @h into @buf (@cap bytes). Returns the encoded length (32, or 64
- * for an ACCEPT with ZCRPC_FEAT_AUTH, which carries the nonce), or 0 when
- * @cap is smaller than that. Reserved bytes are written as zero. */
+/* Writes @h into @buf (@cap bytes). Returns the encoded length (32, 64
+ * for an ACCEPT with ZCRPC_FEAT_AUTH, which carries the nonce, or 32 plus
+ * the reason's length for a REJECT with a reason: at most
+ * ZCRPC_HELLO_MAX_REJECT), or 0 when @cap is smaller than that. Reserved
+ * bytes are written as zero. */
 size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
 			   size_t cap);
 
@@ -105,6 +122,8 @@ size_t zcrpc__hello_encode(const struct zcrpc_hello *h, uint8_t *buf,
  *                       in a CONNECT or ACCEPT, FEAT_PIECE with a
  *                       max_write below ZCRPC_HELLO_MIN_WRITE, an ACCEPT with
  *                       ZCRPC_FEAT_AUTH shorter than 64 bytes (no nonce)
+ * A REJECT's bytes past 32 (up to its length field) are its reason: read up
+ * to the first NUL and ZCRPC_HELLO_REASON_MAX bytes into @out->reason.
  *   FAILED_PRECONDITION protocol version this build does not speak
  */
 zcrpc_status zcrpc__hello_decode(const void *buf, size_t len,

@@ -107,6 +107,36 @@ void zcrpc__listener_on_readable(zcrpc_listener *l);
 void zcrpc__listener_drop_device(zcrpc_listener *l);
 /* @c (accepted by its listener) leaves the handshake: handed over or failed. */
 void zcrpc__listener_release(zcrpc_conn *c);
+/* Rejects connect request @id of @l with a REJECT hello carrying @st and
+ * the formatted reason (cut to what the CM's reject carries, 116 bytes),
+ * which the client reports ("server rejected the connection: ST: reason"),
+ * and logs it (zcrpc__worker_seterr). Counts nothing (the caller counts its
+ * reason in the worker's stats) and leaves @id to the caller: a request no
+ * connection owns yet is the caller's to rdma_destroy_ep, one given to a
+ * connection goes with its teardown. */
+void zcrpc__listener_reject(zcrpc_listener *l, struct rdma_cm_id *id,
+			    zcrpc_status st, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* ---- conn_limits.c: max_connections, max_conns_per_source */
+#define ZCRPC_SRC_TEXT_LEN 64
+/* The source address of connect request @id: its key, and as text. */
+void zcrpc__limits_source(struct rdma_cm_id *id, uint8_t key[16], char *text,
+			  size_t text_len);
+/* OK when @l may take one more connection from @key; RESOURCE_EXHAUSTED,
+ * counted (rejected_conn_limit, rejected_source_limit), with the reason for
+ * the client in @why otherwise. */
+zcrpc_status zcrpc__limits_admit(zcrpc_listener *l, const uint8_t key[16],
+				 const char *src_text, char *why,
+				 size_t why_len);
+/* Counts @c, accepted by @l from @key, until zcrpc__limits_release().
+ * RESOURCE_EXHAUSTED when the source table cannot grow (out of memory). */
+zcrpc_status zcrpc__limits_take(zcrpc_listener *l, zcrpc_conn *c,
+				const uint8_t key[16]);
+/* @c no longer counts (its teardown; idempotent). */
+void zcrpc__limits_release(zcrpc_conn *c);
+/* @l goes: the connections it counted no longer count anywhere. */
+void zcrpc__limits_fini(zcrpc_listener *l);
 
 /* ---- seam.c: the verbs of every RDMA connection (conn.c sets base.ops) */
 extern const struct zcrpc__conn_ops zcrpc__rdma_conn_ops;

@@ -2,12 +2,16 @@
  * (RAI_PASSIVE) + rdma_create_ep, as rdma_create_ep(3) describes; its
  * private channel is made non-blocking and polled by the worker, and
  * rdma_get_request() is called only when it is readable. Each request is
- * checked (handshake, retry policy), given a QP on the worker's PD and its
- * own CQ, migrated to the worker's CM channel and accepted; ESTABLISHED
- * then arrives as an event. */
+ * checked (handshake, retry policy, the connection limits of
+ * conn_limits.c, the handshake cap, the key), given a QP on the worker's PD
+ * and its own CQ, migrated to the worker's CM channel and accepted;
+ * ESTABLISHED then arrives as an event. A request refused, or one whose
+ * connection cannot be set up, gets a REJECT hello with the status and a
+ * reason (zcrpc__listener_reject). */
 #include "internal.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -17,6 +21,7 @@
 
 #include "hello.h"
 #include "../core/abi.h"
+#include "../core/limits.h"
 
 #define ZCRPC_HANDSHAKE_TIMEOUT_MS 10000
 #define ZCRPC_MAX_HANDSHAKES 128
@@ -30,6 +35,7 @@ void zcrpc_listen_opts_init_sized(zcrpc_listen_opts *caller, size_t size)
 	opts->backlog = 128;
 	opts->max_handshakes = ZCRPC_MAX_HANDSHAKES;
 	opts->handshake_timeout_ms = ZCRPC_HANDSHAKE_TIMEOUT_MS;
+	opts->max_conns_per_source = ZCRPC_DEFAULT_CONNS_PER_SOURCE;
 	zcrpc__abi_init(caller, size, opts, sizeof(*opts));
 }
 
@@ -41,82 +47,149 @@ void zcrpc__listener_release(zcrpc_conn *c)
 	c->listener = NULL;
 }
 
-static void reject(struct rdma_cm_id *id, zcrpc_status st)
+void zcrpc__listener_reject(zcrpc_listener *l, struct rdma_cm_id *id,
+			    zcrpc_status st, const char *fmt, ...)
 {
 	struct zcrpc_hello h = {
 		.version = ZCRPC_PROTO_VERSION,
 		.kind = ZCRPC_HELLO_REJECT,
 		.status = (uint32_t)st,
 	};
-	uint8_t buf[ZCRPC_HELLO_LEN];
-	size_t n = zcrpc__hello_encode(&h, buf, sizeof(buf));
+	uint8_t buf[ZCRPC_HELLO_MAX_REJECT];
+	char src[ZCRPC_SRC_TEXT_LEN];
+	uint8_t key[16];
+	va_list ap;
+	size_t n;
 
-	rdma_reject(id, buf, (uint8_t)n);
+	va_start(ap, fmt);
+	vsnprintf(h.reason, sizeof(h.reason), fmt, ap);
+	va_end(ap);
+	zcrpc__limits_source(id, key, src, sizeof(src));
+	zcrpc__worker_seterr(
+		l->w,
+		"listener on port %u rejected a connection from %s: %s: %s",
+		(unsigned)l->port, src, zcrpc_status_str(st), h.reason);
+	n = zcrpc__hello_encode(&h, buf, sizeof(buf));
+	if (rdma_reject(id, buf, (uint8_t)n) && n > ZCRPC_HELLO_LEN) {
+		h.reason[0] =
+			'\0'; /* a CM with less room: the status at least */
+		n = zcrpc__hello_encode(&h, buf, sizeof(buf));
+		rdma_reject(id, buf, (uint8_t)n);
+	}
+}
+
+/* Rejects a request no connection owns yet, and frees its id. */
+static void reject_request(zcrpc_listener *l, struct rdma_cm_id *id,
+			   zcrpc_status st, const char *why)
+{
+	zcrpc__listener_reject(l, id, st, "%s", why);
 	rdma_destroy_ep(id);
 }
 
-/* The connect request's hello and the policy checks. Returns OK to go
- * on, or the status to reject the request with. */
+/* The connect request's hello and the policy checks, in this order: the
+ * hello, the retry count, the connection limits, the handshake cap, the
+ * key. Returns OK to go on, or the status to reject the request with (its
+ * reason in @why, counted). */
 static zcrpc_status admit(zcrpc_listener *l, const struct rdma_cm_event *ev,
-			  struct zcrpc_hello *h)
+			  struct zcrpc_hello *h, const uint8_t key[16],
+			  const char *src, char *why, size_t why_len)
 {
 	zcrpc_worker *w = l->w;
 	zcrpc_status st;
-	char why[128];
 
 	st = zcrpc__hello_decode(ev->param.conn.private_data,
 				 ev->param.conn.private_data_len, h, why,
-				 sizeof(why));
-	if (st == ZCRPC_OK && h->kind != ZCRPC_HELLO_CONNECT)
+				 why_len);
+	if (st == ZCRPC_OK && h->kind != ZCRPC_HELLO_CONNECT) {
 		st = ZCRPC_INVALID_ARGUMENT;
+		snprintf(why, why_len, "handshake of kind %u is not a connect",
+			 (unsigned)h->kind);
+	}
 	if (st != ZCRPC_OK) {
-		zcrpc__worker_seterr(w, "rejected a connection: %s", why);
+		w->rejected_hello++;
 		return st;
 	}
 	/* The passive QP takes its retry counts from the client's request. */
 	if (ev->param.conn.retry_count > 6) {
-		zcrpc__worker_seterr(w, "rejected a connection asking retry_count %u (7 = forever)",
-				     ev->param.conn.retry_count);
+		w->rejected_hello++;
+		snprintf(why, why_len,
+			 "retry_count %u refused (7 = retry forever)",
+			 ev->param.conn.retry_count);
 		return ZCRPC_FAILED_PRECONDITION;
 	}
+	st = zcrpc__limits_admit(l, key, src, why, why_len);
+	if (st != ZCRPC_OK)
+		return st;
 	/* Admission: a bounded number of handshakes, and a key if we have
 	 * one (docs/protocol.md §1). */
 	if (l->handshakes >= l->opts.max_handshakes) {
 		w->rejected_busy++;
-		zcrpc__worker_seterr(w, "rejected a connection: %u handshakes in progress (max_handshakes)",
-				     l->handshakes);
+		snprintf(why, why_len,
+			 "%u handshakes in progress (max_handshakes)",
+			 l->handshakes);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	if (l->opts.psk && !(h->features & ZCRPC_FEAT_AUTH)) {
 		w->rejected_auth++;
-		zcrpc__worker_seterr(w, "rejected a connection without a pre-shared key");
+		snprintf(why, why_len, "this server requires a pre-shared key");
 		return ZCRPC_UNAUTHENTICATED;
 	}
 	return ZCRPC_OK;
 }
 
+/* A connection that could not be set up before rdma_accept (no pool slot
+ * for its receives, memory, the device's limits, its port down, a failed
+ * migration): the client gets a REJECT with the status and the reason,
+ * never a bare CM reject. The connection is failed (it was never handed
+ * over, so it is freed at the next reap, its id with it). */
+static void setup_failed(zcrpc_listener *l, zcrpc_conn *c,
+			 struct rdma_cm_id *id, zcrpc_status st,
+			 const char *what)
+{
+	if (c->state != ZCRPC_CONN_CLOSED)
+		zcrpc__conn_fail(c, st == ZCRPC_OK ? ZCRPC_INTERNAL : st, "%s",
+				 what);
+	l->w->rejected_setup++;
+	if (!c->migrated)
+		zcrpc__listener_reject(l, id, c->status, "%s", c->detail);
+	if (!c->id) /* never given to the connection */
+		rdma_destroy_ep(id);
+}
+
+/* Long for the order of its steps, each undone by setup_failed: checks,
+ * the connection and its counts, key state, QP, migration, accept. */
 static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 {
 	zcrpc_worker *w = l->w;
 	struct rdma_conn_param param;
 	uint8_t pdata[ZCRPC_HELLO_MAX];
+	char why[ZCRPC_HELLO_REASON_MAX + 1], src[ZCRPC_SRC_TEXT_LEN];
 	struct zcrpc_hello h;
+	uint8_t key[16];
 	zcrpc_conn *c;
 	zcrpc_status st;
 
-	st = admit(l, id->event, &h);
+	zcrpc__limits_source(id, key, src, sizeof(src));
+	st = admit(l, id->event, &h, key, src, why, sizeof(why));
 	if (st != ZCRPC_OK) {
-		reject(id, st);
+		reject_request(l, id, st, why);
 		return;
 	}
 	c = zcrpc__conn_alloc(w, l->opts.conn_handlers);
 	if (!c) {
-		reject(id, ZCRPC_RESOURCE_EXHAUSTED);
+		w->rejected_setup++;
+		reject_request(l, id, ZCRPC_RESOURCE_EXHAUSTED,
+			       "out of memory");
 		return;
 	}
 	c->passive = 1;
 	c->listener = l;
 	l->handshakes++;
+	if (zcrpc__limits_take(l, c, key) != ZCRPC_OK) {
+		setup_failed(l, c, id, ZCRPC_RESOURCE_EXHAUSTED,
+			     "out of memory");
+		return;
+	}
 	c->recv_depth = l->opts.recv_depth;
 	c->sq_depth = l->opts.send_depth;
 	c->peer_recv_depth = h.recv_depth;
@@ -126,16 +199,24 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 	c->features = h.features & zcrpc__worker_features(w);
 	if (l->opts.psk) {
 		st = zcrpc__auth_server_init(c, l);
-		if (st != ZCRPC_OK)
-			goto err_reject;
+		if (st != ZCRPC_OK) {
+			setup_failed(l, c, id, st, "accept failed: key state");
+			return;
+		}
 	}
 	st = zcrpc__conn_setup(c, id);
-	if (st != ZCRPC_OK)
-		goto err_reject;
+	if (st != ZCRPC_OK) {
+		setup_failed(l, c, id, st, "accept failed");
+		return;
+	}
 	/* Migration acknowledges (frees) the CONNECT_REQUEST event: nothing
 	 * of it is used after this point. */
-	if (rdma_migrate_id(id, w->cm_ch))
-		goto err_reject;
+	if (rdma_migrate_id(id, w->cm_ch)) {
+		snprintf(why, sizeof(why), "rdma_migrate_id: %s",
+			 strerror(errno));
+		setup_failed(l, c, id, ZCRPC_INTERNAL, why);
+		return;
+	}
 	c->migrated = 1;
 	zcrpc__conn_fill_param(c, &param, pdata, sizeof(pdata),
 			       ZCRPC_HELLO_ACCEPT);
@@ -148,13 +229,6 @@ static void accept_request(zcrpc_listener *l, struct rdma_cm_id *id)
 	zcrpc__conn_set_deadline(
 		c, zcrpc__now_ns() +
 			   (int64_t)l->opts.handshake_timeout_ms * 1000000LL);
-	return;
-
-err_reject:
-	if (!c->migrated)
-		rdma_reject(id, NULL, 0);
-	zcrpc__conn_fail(c, st == ZCRPC_OK ? ZCRPC_INTERNAL : st,
-			 "accept failed");
 }
 
 void zcrpc__listener_drop_device(zcrpc_listener *l)
@@ -325,6 +399,7 @@ void zcrpc_listener_destroy(zcrpc_listener *l)
 		epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->id->channel->fd, NULL);
 		rdma_destroy_ep(l->id);
 	}
+	zcrpc__limits_fini(l); /* the connections it accepted stay */
 	zcrpc__list_remove(&l->link);
 	explicit_bzero(l->psk, sizeof(l->psk)); /* the key copy */
 	free(l);

@@ -398,6 +398,10 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *dst,
 		out->recv_posted += q->posted;
 		out->recv_promised += q->promised;
 	}
+	out->rejected_hello = w->rejected_hello;
+	out->rejected_conn_limit = w->rejected_conn_limit;
+	out->rejected_source_limit = w->rejected_source_limit;
+	out->rejected_setup = w->rejected_setup;
 	zcrpc__list_foreach(it, &w->listeners) out->handshakes +=
 		zcrpc__listener_of(it)->handshakes;
 	zcrpc__pool_get_stats(w->pool, &ps);

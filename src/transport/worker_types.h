@@ -167,6 +167,8 @@ struct zcrpc_worker {
 	uint64_t rejected_auth, rejected_busy,
 		handshake_timeouts; /* admission */
 	uint64_t rejected_budget; /* connections refused: receive budget spent */
+	uint64_t rejected_hello, rejected_conn_limit, rejected_source_limit,
+		rejected_setup; /* connect requests refused, by reason */
 #ifdef ZCRPC_TESTING
 	uint32_t test_no_features; /* tests: bits its hellos leave out */
 #endif
