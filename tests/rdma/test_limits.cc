@@ -522,7 +522,8 @@ TEST_F(Limits, AConnectionThePoolCannotTakeIsRejectedWithTheReason)
 {
 	zcrpc_worker_opts wo;
 	zcrpc_worker_opts_init(&wo);
-	wo.pool_max_slots = 300; // a window of 200 fits once
+	wo.pool_max_slots =
+		20; // one connection's guaranteed 16 credits fit once
 	Server srv;
 	zcrpc_server_opts o = Server::Opts();
 	o.window = 200;
@@ -541,11 +542,52 @@ TEST_F(Limits, AConnectionThePoolCannotTakeIsRejectedWithTheReason)
 	EXPECT_EQ(second.status, ZCRPC_RESOURCE_EXHAUSTED) << second.detail;
 	EXPECT_EQ(second.detail.find("server rejected the connection: "
 				     "RESOURCE_EXHAUSTED: the "
-				     "worker's pool has no slot for receive "),
+				     "worker's pool has no slot for the shared "
+				     "receive queue"),
 		  0u)
 		<< second.detail;
 	zcrpc_worker_stats st = srv.WorkerStats();
 	EXPECT_EQ(st.rejected_setup - base.rejected_setup, 1u);
+	EXPECT_EQ(first.closed, 0) << first.detail;
+	// The refused connection gave everything back: the server holds one.
+	EXPECT_TRUE(srv.WaitConns(1, Scaled(10000)));
+}
+
+TEST_F(Limits, AConnectionTheReceiveBudgetCannotTakeIsRejectedWithTheReason)
+{
+	zcrpc_worker_opts wo;
+	zcrpc_worker_opts_init(&wo);
+	wo.recv_budget = 24; // one connection's guaranteed 16 credits fit once
+	wo.recv_share = 16;
+	Server srv;
+	zcrpc_server_opts o = Server::Opts();
+	o.window = 200;
+	ASSERT_TRUE(srv.Start(env_.addr0, o, &wo));
+	const zcrpc_worker_stats base = srv.WorkerStats();
+
+	Conn first, second;
+	ASSERT_EQ(first.Start(w_, env_.addr0, srv.port(), env_.addr0),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Wait([&] { return first.done(); }, 20000));
+	ASSERT_EQ(first.established, 1) << first.detail;
+	ASSERT_EQ(second.Start(w_, env_.addr0, srv.port(), env_.addr0),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Wait([&] { return second.done(); }, 20000));
+	EXPECT_EQ(second.established, 0);
+	EXPECT_EQ(second.status, ZCRPC_RESOURCE_EXHAUSTED) << second.detail;
+	EXPECT_EQ(second.detail.find("server rejected the connection: "
+				     "RESOURCE_EXHAUSTED: the "
+				     "worker's receive budget on "),
+		  0u)
+		<< second.detail;
+	zcrpc_worker_stats st = srv.WorkerStats();
+	EXPECT_EQ(st.rejected_setup - base.rejected_setup, 1u);
+	EXPECT_EQ(st.rejected_budget - base.rejected_budget, 1u);
+	EXPECT_NE(
+		second.detail.find(
+			"16 of its 24 receives are promised to 1 connections"),
+		std::string::npos)
+		<< second.detail;
 	EXPECT_EQ(first.closed, 0) << first.detail;
 	// The refused connection gave everything back: the server holds one.
 	EXPECT_TRUE(srv.WaitConns(1, Scaled(10000)));
