@@ -83,7 +83,7 @@ typedef struct zcrpc_channel_opts {
 	int64_t default_timeout_us; /**< call deadline when a call gives none; default 0 = none */
 	uint32_t window;	    /**< receive window each way (calls in flight); default 1040 */
 	uint32_t max_pending;	    /**< calls waiting for a connection or credits; default 4096 */
-	uint32_t max_calls;	    /**< calls alive at once; default 65536 */
+	uint32_t max_calls;	    /**< calls alive at once; default 65536 (the table grows to it as calls come) */
 	int backoff_initial_ms;	    /**< first reconnect delay; default 100 */
 	int backoff_max_ms;	    /**< reconnect delay cap; default 5000 (jittered +-20 %) */
 	size_t bulk_threshold;	    /**< payloads above this travel by RDMA WRITE; default 16384 */

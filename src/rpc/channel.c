@@ -211,12 +211,21 @@ void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *caller, size_t size)
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
+/* Each call of the table, once, when its chunk is added (zeroed). */
+static void init_call(void *call, void *arg)
+{
+	struct ccall *c = call;
+
+	c->ch = arg;
+	zcrpc__list_init(&c->link);
+	zcrpc__list_init(&c->qlink);
+}
+
 zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 				  const char *port, const zcrpc_channel_opts *o,
 				  zcrpc_channel **out)
 {
 	zcrpc_channel *ch;
-	uint32_t i;
 
 	if (!w || !host || !port || !out)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -256,7 +265,8 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	ch->src_addr = ch->o.src_addr ? strdup(ch->o.src_addr) : NULL;
 	ch->o.src_addr = NULL;
 	if (zcrpc__call_table_init(&ch->calls, ch->o.max_calls,
-				   sizeof(struct ccall)) != ZCRPC_OK ||
+				   sizeof(struct ccall), init_call,
+				   ch) != ZCRPC_OK ||
 	    !ch->host || !ch->port || (o && o->src_addr && !ch->src_addr)) {
 		zcrpc__call_table_fini(&ch->calls);
 		free(ch->host);
@@ -264,13 +274,6 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 		free(ch->src_addr);
 		free(ch);
 		return ZCRPC_RESOURCE_EXHAUSTED;
-	}
-	for (i = 0; i < ch->calls.n; i++) {
-		struct ccall *c = zcrpc__ccall_at(ch, i);
-
-		c->ch = ch;
-		zcrpc__list_init(&c->link);
-		zcrpc__list_init(&c->qlink);
 	}
 	zcrpc__list_init(&ch->active);
 	zcrpc__list_init(&ch->done);

@@ -3,6 +3,7 @@
  * channel's timer, never inside the call that caused them), replies,
  * deadlines, cancellation. */
 #include "client_internal.h"
+#include "../core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,6 +425,23 @@ static void send_or_connect(zcrpc_channel *ch, struct ccall *c)
 	}
 }
 
+/* The call table had no free call for a new one: at max_calls, or it
+ * could not grow (no memory, said in the log too). */
+static zcrpc_status no_call(zcrpc_channel *ch)
+{
+	if (zcrpc__call_table_full(&ch->calls)) {
+		ch->start_why =
+			"too many calls alive on the channel (max_calls)";
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	ch->start_why = "out of memory growing the channel's call table";
+	zcrpc__log(ZCRPC_LOG_WARN,
+		   "channel %p: out of memory growing its call table past %u "
+		   "calls (max_calls %u): call refused (RESOURCE_EXHAUSTED)",
+		   (void *)ch, ch->calls.n, ch->o.max_calls);
+	return ZCRPC_RESOURCE_EXHAUSTED;
+}
+
 zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 			      zcrpc_fill_fn fill, void *fill_ctx,
 			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
@@ -448,11 +466,13 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		return st;
 	if (ch->q_len >= ch->o.max_pending) {
 		ch->st.queue_full++;
+		ch->start_why =
+			"too many calls waiting to be sent (max_pending)";
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	c = zcrpc__call_table_peek(&ch->calls);
 	if (!c)
-		return ZCRPC_RESOURCE_EXHAUSTED;
+		return no_call(ch);
 
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_REQUEST;

@@ -93,6 +93,9 @@ struct zcrpc_channel {
 	char identity[ZCRPC_IDENTITY_MAX + 1];
 	zcrpc_status down_status; /* why the last connection failed */
 	char down_why[256];
+	/* Why zcrpc_call_start refused a call for want of room (for
+	 * zcrpc_call's message), or NULL: a static string. */
+	const char *start_why;
 };
 
 static inline uint32_t zcrpc__ccall_ref(const zcrpc_channel *ch,

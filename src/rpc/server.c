@@ -178,8 +178,8 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		}
 	}
 	s->w = w;
-	if (zcrpc__call_table_init(&s->calls, 65536,
-				   sizeof(zcrpc_server_call)) != ZCRPC_OK) {
+	if (zcrpc__call_table_init(&s->calls, 65536, sizeof(zcrpc_server_call),
+				   NULL, NULL) != ZCRPC_OK) {
 		free(s);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}

@@ -150,9 +150,13 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 	}
 	c = zcrpc__call_table_take(&s->calls);
 	if (!c) {
-		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
-					 ZCRPC_RESOURCE_EXHAUSTED,
-					 "too many calls at the server");
+		zcrpc__sconn_send_simple(
+			sc, ZCRPC_FRAME_REPLY, f->call_id,
+			ZCRPC_RESOURCE_EXHAUSTED,
+			zcrpc__call_table_full(&s->calls)
+				? "too many calls at the server"
+				: "out of memory growing the server's call "
+				  "table");
 		return;
 	}
 	zcrpc__list_init(&c->link);
