@@ -95,6 +95,12 @@ typedef struct zcrpc_channel_opts {
 	const void *psk;
 	size_t psk_len;
 	const char *identity; /**< sent with the key proof (copied; <= 64 bytes), or NULL */
+	/** Depth of the connection's send queue (messages posted and not yet
+	 * completed), 2..32768; default 64; 0 = the window, as before. Calls
+	 * beyond the send queue's room (or the peer's credits) wait in the
+	 * channel's queue (max_pending) and go out as room returns; the window
+	 * still bounds the calls in flight. */
+	uint32_t send_depth;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 
@@ -359,6 +365,11 @@ typedef struct zcrpc_server_opts {
 	 * slack). Checked every idle_release_ms / 2 from the server's timer.
 	 * 0 = default (10000). */
 	int idle_release_ms;
+	/** Depth of each connection's send queue (messages posted and not
+	 * yet completed), 2..32768; default 64; 0 = the window, as before.
+	 * Replies beyond its room wait in the connection's queue and go out
+	 * as room returns. */
+	uint32_t send_depth;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_server_opts;
 

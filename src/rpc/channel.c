@@ -34,7 +34,7 @@ zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch)
 	co.timeout_ms = ch->o.connect_timeout_ms;
 	co.src_addr = ch->src_addr;
 	co.recv_depth = ch->o.window;
-	co.send_depth = ch->o.window;
+	co.send_depth = ch->o.send_depth ? ch->o.send_depth : ch->o.window;
 	co.psk = ch->o.psk;
 	co.psk_len = ch->o.psk_len;
 	co.identity = ch->o.psk ? ch->identity : NULL;
@@ -208,7 +208,14 @@ void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *caller, size_t size)
 	o->backoff_initial_ms = 100;
 	o->backoff_max_ms = 5000;
 	o->bulk_threshold = 16384;
+	o->send_depth = ZCRPC_RPC_DEFAULT_SEND_DEPTH;
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
+}
+
+/* A send depth is 0 (the window) or a queue depth the transport takes. */
+static int send_depth_ok(uint32_t d)
+{
+	return !d || (d >= ZCRPC_MIN_QUEUE_DEPTH && d <= ZCRPC_MAX_QUEUE_DEPTH);
 }
 
 /* Each call of the table, once, when its chunk is added (zeroed). */
@@ -240,7 +247,8 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	}
 	if (ch->o.connect_timeout_ms <= 0 ||
 	    ch->o.window < ZCRPC_MIN_QUEUE_DEPTH ||
-	    ch->o.window > ZCRPC_MAX_QUEUE_DEPTH || !ch->o.max_calls ||
+	    ch->o.window > ZCRPC_MAX_QUEUE_DEPTH ||
+	    !send_depth_ok(ch->o.send_depth) || !ch->o.max_calls ||
 	    ch->o.max_calls > ZCRPC_MAX_CALL_TABLE - 1 ||
 	    ch->o.backoff_initial_ms <= 0 ||
 	    ch->o.backoff_max_ms < ch->o.backoff_initial_ms ||

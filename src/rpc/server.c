@@ -144,6 +144,7 @@ void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
 	o->size = sizeof(*o);
 	o->window = ZCRPC_RPC_DEFAULT_WINDOW;
 	o->bulk_threshold = 16384;
+	o->send_depth = ZCRPC_RPC_DEFAULT_SEND_DEPTH;
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
@@ -164,6 +165,9 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		if (ZCRPC__ABI_IN(&s->o, o, ZCRPC__MIN_SERVER_OPTS) != ZCRPC_OK ||
 		    n->window < ZCRPC_MIN_QUEUE_DEPTH ||
 		    n->window > ZCRPC_MAX_QUEUE_DEPTH ||
+		    (n->send_depth &&
+		     (n->send_depth < ZCRPC_MIN_QUEUE_DEPTH ||
+		      n->send_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
 		    (!n->psk && n->psk_len) ||
 		    (n->psk && (n->psk_len < ZCRPC_PSK_MIN ||
 				n->psk_len > ZCRPC_PSK_MAX)) ||
@@ -246,7 +250,7 @@ zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 	lo.on_accept = on_accept;
 	lo.arg = s;
 	lo.recv_depth = s->o.window;
-	lo.send_depth = s->o.window;
+	lo.send_depth = s->o.send_depth ? s->o.send_depth : s->o.window;
 	lo.psk = s->o.psk;
 	lo.psk_len = s->o.psk_len;
 	lo.max_handshakes = s->o.max_handshakes;
