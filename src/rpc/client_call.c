@@ -389,7 +389,7 @@ static void enqueue(zcrpc_channel *ch, struct ccall *c,
 	c->cancel_after_write = 0;
 	c->deliver_late = 0;
 	c->reply_grant = NULL;
-	memset(&c->reply, 0, sizeof(c->reply));
+	/* c->reply: written whole before it is read (a reply's bulk part). */
 	c->max_reply = co->max_reply;
 	c->deadline_ns = timeout_us ? zcrpc__now_ns() + timeout_us * 1000 : 0;
 	c->state = CS_QUEUED;
