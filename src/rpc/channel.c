@@ -139,6 +139,8 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 
 	if (conn == ch->conn)
 		zcrpc__channel_flush_queue(ch);
+	else
+		zcrpc__channel_send_grants(ch, conn); /* draining */
 }
 
 /* The server broke the protocol: close the connection, counted, with the
@@ -287,6 +289,7 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	zcrpc__list_init(&ch->done);
 	zcrpc__list_init(&ch->queue);
 	zcrpc__list_init(&ch->zombies);
+	zcrpc__list_init(&ch->grants);
 	ch->rng = (uint64_t)zcrpc__now_ns() | 1;
 	zcrpc__bulk_init(&ch->bulk, zcrpc_worker_get_context(w), (size_t)2 << 30);
 	ch->timer.fn = zcrpc__channel_on_timer;

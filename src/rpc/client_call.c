@@ -82,6 +82,8 @@ void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 	}
 	if (c->state == CS_QUEUED)
 		queue_remove(ch, c);
+	if (c->grant_parked)
+		zcrpc__ccall_drop_grant(ch, c);
 	zcrpc__list_remove(&c->link);
 	c->status = st;
 	snprintf(c->message, sizeof(c->message), "%s", msg ? msg : "");
@@ -191,6 +193,8 @@ void zcrpc__channel_flush_queue(zcrpc_channel *ch)
 
 	if (!ch->conn || !ch->conn_up)
 		return;
+	if (zcrpc__channel_send_grants(ch, ch->conn))
+		return; /* grants first: their replies wait at the server */
 	while ((c = zcrpc__channel_queue_first(ch))) {
 		zcrpc_status st = zcrpc_conn_send_msg(ch->conn, &c->out.msg,
 						      c->out.len);
@@ -272,6 +276,16 @@ void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
 	}
 	zcrpc__channel_run_done(ch);
 	zcrpc__channel_check_zombies(ch, now, &next_due);
+	if (!zcrpc__list_empty(&ch->grants)) {
+		/* Grants waiting for a window-bind slot: no callback tells. */
+		if (ch->conn)
+			zcrpc__channel_flush_queue(ch);
+		if (ch->draining)
+			zcrpc__channel_send_grants(ch, ch->draining);
+		if (!zcrpc__list_empty(&ch->grants) &&
+		    (!next_due || now + ZCRPC_GRANT_RETRY_NS < next_due))
+			next_due = now + ZCRPC_GRANT_RETRY_NS;
+	}
 	if (!zcrpc__list_empty(&ch->done))
 		next_due = now;
 	if (next_due)
@@ -388,6 +402,7 @@ static void enqueue(zcrpc_channel *ch, struct ccall *c,
 	c->revoking = 0;
 	c->cancel_after_write = 0;
 	c->deliver_late = 0;
+	c->grant_parked = 0;
 	c->reply_grant = NULL;
 	/* c->reply: written whole before it is read (a reply's bulk part). */
 	c->max_reply = co->max_reply;

@@ -31,6 +31,8 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		zcrpc__bulk_collect(&s->bulk, zcrpc__server_on_buffer, s);
 	if (s->next_bulk_check_ns && now >= s->next_bulk_check_ns)
 		zcrpc__server_bulk_check(s, now);
+	if (s->grant_waits)
+		zcrpc__server_retry_grants(s);
 	zcrpc__list_foreach(n, &s->conns) if (zcrpc__sconn_of(n)->p_head)
 		zcrpc__sconn_flush_deferred(zcrpc__sconn_of(n));
 	if (now >= s->next_trim_ns) {
@@ -40,7 +42,7 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		zcrpc__worker_pool_trim(s->w, now, s->idle_ns);
 		s->next_trim_ns = now + s->idle_ns / 2;
 	}
-	if (s->npframes || s->bulk.growing)
+	if (s->npframes || s->bulk.growing || s->grant_waits)
 		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
 	if (s->next_bulk_check_ns)
 		zcrpc__timer_start(s->w, &s->timer, s->next_bulk_check_ns);

@@ -33,15 +33,30 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 	struct sconn *sc = c->sc;
 	struct zcrpc_frame g;
 	zcrpc_remote_region r;
+	zcrpc_status st;
 
+	if (c->req_bulk != b) /* not a retry */
+		/* A part longer than one piece may be left partly unwritten
+		 * (only the last piece's count is checked): zero what may
+		 * hold another peer's bytes (docs/protocol.md §4). */
+		zcrpc__bulk_scrub(b->ptr, (size_t)c->f.bulk_len,
+				  zcrpc_conn_write_piece(sc->conn));
 	c->req_bulk = b;
-	/* A part longer than one piece may be left partly unwritten (only
-	 * the last piece's count is checked): zero what may hold another
-	 * peer's bytes (docs/protocol.md §4). */
-	zcrpc__bulk_scrub(b->ptr, (size_t)c->f.bulk_len,
-			  zcrpc_conn_write_piece(sc->conn));
-	if (zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
-			   &c->req_grant) != ZCRPC_OK) {
+	st = zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
+			    &c->req_grant);
+	if (st == ZCRPC_RESOURCE_EXHAUSTED && !c->cancelled) {
+		/* Every window-bind slot of the connection is in its send
+		 * queue: the server's timer tries again (grant_retry), the
+		 * buffer in hand (SS_AWAIT_BUF with req_bulk set). */
+		c->req_grant = NULL;
+		c->state = SS_AWAIT_BUF;
+		s->grant_waits++;
+		zcrpc__timer_start(s->w, &s->timer,
+				   zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		return;
+	}
+	if (st != ZCRPC_OK) {
+		c->req_grant = NULL;
 		zcrpc__sconn_send_simple(
 			sc, ZCRPC_FRAME_REPLY, c->client_ref,
 			ZCRPC_RESOURCE_EXHAUSTED,
@@ -63,6 +78,32 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 			      (int64_t)(c->f.bulk_len >> 20) * ZCRPC_NS_PER_MIB;
 	zcrpc__server_watch_bulk_deadline(s, c->bulk_deadline_ns);
 	zcrpc__sconn_send_frame(sc, &g, NULL, 0, g.bulk_token);
+}
+
+void zcrpc__server_retry_grants(zcrpc_server *s)
+{
+	struct zcrpc__list *ni, *nj, *tmp;
+	uint32_t waiting = 0;
+
+	zcrpc__list_foreach(ni, &s->conns) {
+		struct sconn *sc = zcrpc__sconn_of(ni);
+
+		zcrpc__list_foreach_safe(nj, tmp, &sc->calls) {
+			zcrpc_server_call *c = zcrpc__scall_of(nj, link);
+
+			if (c->state != SS_AWAIT_BUF || !c->req_bulk)
+				continue;
+			grant_request(s, c, c->req_bulk); /* may wait again */
+		}
+	}
+	/* Recounted: calls freed while they waited (cancel, close) left it
+	 * high. */
+	zcrpc__list_foreach(ni, &s->conns)
+		zcrpc__list_foreach(nj, &zcrpc__sconn_of(ni)->calls)
+			if (zcrpc__scall_of(nj, link)->state == SS_AWAIT_BUF &&
+			    zcrpc__scall_of(nj, link)->req_bulk)
+				waiting++;
+	s->grant_waits = waiting;
 }
 
 /* A request announced a bulk part: charge the connection's budget and take
