@@ -1,5 +1,6 @@
 /* zcrpc — the client's bulk parts: writing the request's part into the
- * server's grant, granting a target for the reply's part and revoking it
+ * server's grant, granting a target for the reply's part (parked while the
+ * connection has no room for the bind or the BULK_GRANT) and revoking it
  * before the reply is read, and completed calls whose grant is still out
  * (zombies). docs/design.md "Bulk". */
 #include "client_internal.h"
@@ -149,7 +150,8 @@ int zcrpc__channel_send_grants(zcrpc_channel *ch, zcrpc_conn *conn)
 {
 	struct zcrpc__list *n, *tmp;
 
-	zcrpc__list_foreach_safe(n, tmp, &ch->grants) {
+	zcrpc__list_foreach_safe(n, tmp, &ch->grants)
+	{
 		struct ccall *c = zcrpc__ccall_of(n, qlink);
 		zcrpc_status st;
 

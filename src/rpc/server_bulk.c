@@ -1,7 +1,8 @@
 /* zcrpc — the server's bulk parts: a request's part (budget, a buffer
- * registered off-thread, the grant, the write's time limit, the revoke
- * before the handler reads it) and a reply's part (written into the
- * client's grant). docs/design.md "Bulk". */
+ * registered off-thread, the grant, retried while the connection has no
+ * window-bind slot, the write's time limit, the revoke before the
+ * handler reads it) and a reply's part (written into the client's grant).
+ * docs/design.md "Bulk". */
 #include "server_internal.h"
 
 #include <stdio.h>
@@ -46,8 +47,9 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 			    &c->req_grant);
 	if (st == ZCRPC_RESOURCE_EXHAUSTED && !c->cancelled) {
 		/* Every window-bind slot of the connection is in its send
-		 * queue: the server's timer tries again (grant_retry), the
-		 * buffer in hand (SS_AWAIT_BUF with req_bulk set). */
+		 * queue: the server's timer tries again
+		 * (zcrpc__server_retry_grants), the buffer in hand
+		 * (SS_AWAIT_BUF with req_bulk set). */
 		c->req_grant = NULL;
 		c->state = SS_AWAIT_BUF;
 		s->grant_waits++;
@@ -85,24 +87,23 @@ void zcrpc__server_retry_grants(zcrpc_server *s)
 	struct zcrpc__list *ni, *nj, *tmp;
 	uint32_t waiting = 0;
 
-	zcrpc__list_foreach(ni, &s->conns) {
-		struct sconn *sc = zcrpc__sconn_of(ni);
-
-		zcrpc__list_foreach_safe(nj, tmp, &sc->calls) {
+	zcrpc__list_foreach(ni, &s->conns)
+	{
+		zcrpc__list_foreach_safe(nj, tmp, &zcrpc__sconn_of(ni)->calls)
+		{
 			zcrpc_server_call *c = zcrpc__scall_of(nj, link);
 
 			if (c->state != SS_AWAIT_BUF || !c->req_bulk)
 				continue;
-			grant_request(s, c, c->req_bulk); /* may wait again */
+			grant_request(s, c, c->req_bulk);
+			/* Granted, failed (freed: the record stays in the
+			 * table, SS_FREE) or waiting again. */
+			if (c->state == SS_AWAIT_BUF && c->req_bulk)
+				waiting++;
 		}
 	}
-	/* Recounted: calls freed while they waited (cancel, close) left it
-	 * high. */
-	zcrpc__list_foreach(ni, &s->conns)
-		zcrpc__list_foreach(nj, &zcrpc__sconn_of(ni)->calls)
-			if (zcrpc__scall_of(nj, link)->state == SS_AWAIT_BUF &&
-			    zcrpc__scall_of(nj, link)->req_bulk)
-				waiting++;
+	/* Recounted: calls freed while they waited (cancel, close) and the
+	 * retries above left it high. */
 	s->grant_waits = waiting;
 }
 

@@ -30,7 +30,9 @@ enum sstate {
 	SS_RUNNING,	/* the handler has it; waiting for the reply */
 	SS_REPLY_GRANT, /* reply sent with a bulk part; waiting for the grant */
 	SS_REPLY_WRITE, /* writing the reply's bulk part */
-	SS_AWAIT_BUF,	/* its request buffer is being registered off-thread */
+	SS_AWAIT_BUF,	/* its request buffer is being registered off-thread
+			 * (req_bulk NULL), or is in hand and its window
+			 * waits for a bind slot (zcrpc__server_retry_grants) */
 	SS_REPLY_BUF,	/* its reply is built; its bulk buffer is being
 			 * registered off-thread (the bytes wait on the heap) */
 };
