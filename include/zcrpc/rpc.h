@@ -83,7 +83,7 @@ typedef struct zcrpc_channel_opts {
 	int64_t default_timeout_us; /**< call deadline when a call gives none; default 0 = none */
 	uint32_t window;	    /**< receive window each way (calls in flight); default 1040 */
 	uint32_t max_pending;	    /**< calls waiting for a connection or credits; default 4096 */
-	uint32_t max_calls;	    /**< calls alive at once; default 65536 */
+	uint32_t max_calls;	    /**< calls alive at once; default 65536 (the table grows to it as calls come) */
 	int backoff_initial_ms;	    /**< first reconnect delay; default 100 */
 	int backoff_max_ms;	    /**< reconnect delay cap; default 5000 (jittered +-20 %) */
 	size_t bulk_threshold;	    /**< payloads above this travel by RDMA WRITE; default 16384 */
@@ -95,6 +95,12 @@ typedef struct zcrpc_channel_opts {
 	const void *psk;
 	size_t psk_len;
 	const char *identity; /**< sent with the key proof (copied; <= 64 bytes), or NULL */
+	/** Depth of the connection's send queue (messages posted and not yet
+	 * completed), 2..32768; default 64; 0 = the window, as before. Calls
+	 * beyond the send queue's room (or the peer's credits) wait in the
+	 * channel's queue (max_pending) and go out as room returns; the window
+	 * still bounds the calls in flight. */
+	uint32_t send_depth;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 
@@ -376,6 +382,11 @@ typedef struct zcrpc_server_opts {
 	 * connection that made a call (a request frame arrived) is never
 	 * closed for idling. Default 30000; 0 = off. */
 	int idle_timeout_ms;
+	/** Depth of each connection's send queue (messages posted and not
+	 * yet completed), 2..32768; default 64; 0 = the window, as before.
+	 * Replies beyond its room wait in the connection's queue and go out
+	 * as room returns. */
+	uint32_t send_depth;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_server_opts;
 

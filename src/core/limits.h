@@ -47,4 +47,11 @@
  * funnels many clients raises it. */
 #define ZCRPC_DEFAULT_CONNS_PER_SOURCE 64U
 
+/* The RPC layer's default send-queue depth per connection (channel and
+ * server options): no longer the window (issue 13), since a send WR
+ * completes within a round trip while a receive slot stays taken for a
+ * call's whole life. 64 is the transport's own default and what perftest
+ * and UCX use; calls beyond it wait in the RPC layer's queues. */
+#define ZCRPC_RPC_DEFAULT_SEND_DEPTH 64U
+
 #endif /* ZCRPC_CORE_LIMITS_H */

@@ -34,7 +34,7 @@ zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch)
 	co.timeout_ms = ch->o.connect_timeout_ms;
 	co.src_addr = ch->src_addr;
 	co.recv_depth = ch->o.window;
-	co.send_depth = ch->o.window;
+	co.send_depth = ch->o.send_depth ? ch->o.send_depth : ch->o.window;
 	co.psk = ch->o.psk;
 	co.psk_len = ch->o.psk_len;
 	co.identity = ch->o.psk ? ch->identity : NULL;
@@ -139,6 +139,8 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 
 	if (conn == ch->conn)
 		zcrpc__channel_flush_queue(ch);
+	else
+		zcrpc__channel_send_grants(ch, conn); /* draining */
 }
 
 /* The server broke the protocol: close the connection, counted, with the
@@ -208,7 +210,24 @@ void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *caller, size_t size)
 	o->backoff_initial_ms = 100;
 	o->backoff_max_ms = 5000;
 	o->bulk_threshold = 16384;
+	o->send_depth = ZCRPC_RPC_DEFAULT_SEND_DEPTH;
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
+}
+
+/* A send depth is 0 (the window) or a queue depth the transport takes. */
+static int send_depth_ok(uint32_t d)
+{
+	return !d || (d >= ZCRPC_MIN_QUEUE_DEPTH && d <= ZCRPC_MAX_QUEUE_DEPTH);
+}
+
+/* Each call of the table, once, when its chunk is added (zeroed). */
+static void init_call(void *call, void *arg)
+{
+	struct ccall *c = call;
+
+	c->ch = arg;
+	zcrpc__list_init(&c->link);
+	zcrpc__list_init(&c->qlink);
 }
 
 zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
@@ -216,7 +235,6 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 				  zcrpc_channel **out)
 {
 	zcrpc_channel *ch;
-	uint32_t i;
 
 	if (!w || !host || !port || !out)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -231,7 +249,8 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	}
 	if (ch->o.connect_timeout_ms <= 0 ||
 	    ch->o.window < ZCRPC_MIN_QUEUE_DEPTH ||
-	    ch->o.window > ZCRPC_MAX_QUEUE_DEPTH || !ch->o.max_calls ||
+	    ch->o.window > ZCRPC_MAX_QUEUE_DEPTH ||
+	    !send_depth_ok(ch->o.send_depth) || !ch->o.max_calls ||
 	    ch->o.max_calls > ZCRPC_MAX_CALL_TABLE - 1 ||
 	    ch->o.backoff_initial_ms <= 0 ||
 	    ch->o.backoff_max_ms < ch->o.backoff_initial_ms ||
@@ -256,7 +275,8 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	ch->src_addr = ch->o.src_addr ? strdup(ch->o.src_addr) : NULL;
 	ch->o.src_addr = NULL;
 	if (zcrpc__call_table_init(&ch->calls, ch->o.max_calls,
-				   sizeof(struct ccall)) != ZCRPC_OK ||
+				   sizeof(struct ccall), init_call,
+				   ch) != ZCRPC_OK ||
 	    !ch->host || !ch->port || (o && o->src_addr && !ch->src_addr)) {
 		zcrpc__call_table_fini(&ch->calls);
 		free(ch->host);
@@ -265,17 +285,11 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 		free(ch);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	for (i = 0; i < ch->calls.n; i++) {
-		struct ccall *c = zcrpc__ccall_at(ch, i);
-
-		c->ch = ch;
-		zcrpc__list_init(&c->link);
-		zcrpc__list_init(&c->qlink);
-	}
 	zcrpc__list_init(&ch->active);
 	zcrpc__list_init(&ch->done);
 	zcrpc__list_init(&ch->queue);
 	zcrpc__list_init(&ch->zombies);
+	zcrpc__list_init(&ch->grants);
 	ch->rng = (uint64_t)zcrpc__now_ns() | 1;
 	zcrpc__bulk_init(&ch->bulk, zcrpc_worker_get_context(w), (size_t)2 << 30);
 	ch->timer.fn = zcrpc__channel_on_timer;

@@ -1,5 +1,6 @@
 /* zcrpc — the client's bulk parts: writing the request's part into the
- * server's grant, granting a target for the reply's part and revoking it
+ * server's grant, granting a target for the reply's part (parked while the
+ * connection has no room for the bind or the BULK_GRANT) and revoking it
  * before the reply is read, and completed calls whose grant is still out
  * (zombies). docs/design.md "Bulk". */
 #include "client_internal.h"
@@ -8,38 +9,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The reply of @c announced a bulk part: grant the server a target for it
- * (the caller's reply_into or a cached buffer, scrubbed), keep the reply's
- * frame until the part lands, and send the BULK_GRANT. */
-void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
-				     struct ccall *c,
-				     const struct zcrpc_frame *f)
+/* The reply of @c announced a bulk part, in @f (inside on_recv): keep the
+ * reply's frame until the part lands and take the target for it (the
+ * caller's reply_into or a cached buffer, scrubbed). -1 when @c failed. */
+static int take_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
+			     struct ccall *c, const struct zcrpc_frame *f)
 {
-	zcrpc_remote_region r;
-	struct zcrpc_frame g;
-	struct zcrpc__out out;
 	const zcrpc_mr *mr;
 	size_t off;
-	zcrpc_status st;
 
+	if (zcrpc_conn_recv_keep(conn, &c->reply_msg) != ZCRPC_OK) {
+		zcrpc__ccall_complete(ch, c, ZCRPC_INTERNAL,
+				      "cannot grant the reply target");
+		return -1;
+	}
+	c->has_reply_msg = 1;
+	c->reply = *f;
 	if (c->has_reply_into) {
 		if (f->bulk_len > c->reply_into.len) {
 			zcrpc__ccall_send_cancel(ch, c);
 			zcrpc__ccall_complete(
 				ch, c, ZCRPC_RESOURCE_EXHAUSTED,
 				"reply attachment larger than reply_into");
-			return;
+			return -1;
 		}
 		mr = c->reply_into.mr;
 		off = c->reply_into.offset;
 	} else {
-		st = zcrpc__bulk_get(&ch->bulk, f->bulk_len, &c->dst_buf);
-		if (st != ZCRPC_OK) {
+		if (zcrpc__bulk_get(&ch->bulk, f->bulk_len, &c->dst_buf) !=
+		    ZCRPC_OK) {
 			zcrpc__ccall_send_cancel(ch, c);
 			zcrpc__ccall_complete(
 				ch, c, ZCRPC_RESOURCE_EXHAUSTED,
 				"no memory for the reply attachment");
-			return;
+			return -1;
 		}
 		mr = c->dst_buf->mr;
 		off = 0;
@@ -48,21 +51,47 @@ void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 	 * memory held before (docs/protocol.md §4). */
 	zcrpc__bulk_scrub((uint8_t *)zcrpc__mr_addr(mr) + off,
 			  (size_t)f->bulk_len, zcrpc_conn_write_piece(conn));
-	if (zcrpc_mr_grant(mr, conn, off, f->bulk_len, &r,
-			   &c->reply_grant) != ZCRPC_OK) {
-		zcrpc__ccall_complete(ch, c, ZCRPC_INTERNAL,
-				      "cannot grant the reply target");
+	return 0;
+}
+
+/* @c waits for room on its connection: for a window bind (no reply_grant
+ * yet; no callback says when, so the channel's timer retries) or for the
+ * BULK_GRANT's send (built in c->out; on_writable says when). */
+static void park_grant(zcrpc_channel *ch, struct ccall *c)
+{
+	c->grant_parked = 1;
+	zcrpc__list_push_back(&ch->grants, &c->qlink);
+	if (!c->reply_grant)
+		zcrpc__timer_start(ch->w, &ch->timer,
+				   zcrpc__now_ns() + ZCRPC_GRANT_RETRY_NS);
+}
+
+/* Binds the window over @c's reply target and sends the BULK_GRANT, or
+ * parks @c when its connection has no room for either right now. */
+static void bind_and_grant(zcrpc_channel *ch, zcrpc_conn *conn, struct ccall *c)
+{
+	const struct zcrpc_frame *f = &c->reply;
+	zcrpc_remote_region r;
+	struct zcrpc_frame g;
+	zcrpc_status st;
+
+	st = c->has_reply_into
+		     ? zcrpc_mr_grant(c->reply_into.mr, conn,
+				      c->reply_into.offset, f->bulk_len, &r,
+				      &c->reply_grant)
+		     : zcrpc_mr_grant(c->dst_buf->mr, conn, 0, f->bulk_len, &r,
+				      &c->reply_grant);
+	if (st == ZCRPC_RESOURCE_EXHAUSTED) {
+		c->reply_grant = NULL;
+		park_grant(ch, c); /* the bind slots are all in the ring */
 		return;
 	}
-	if (zcrpc_conn_recv_keep(conn, &c->reply_msg) != ZCRPC_OK) {
-		zcrpc_grant_revoke(c->reply_grant, NULL); /* never sent */
+	if (st != ZCRPC_OK) {
 		c->reply_grant = NULL;
 		zcrpc__ccall_complete(ch, c, ZCRPC_INTERNAL,
 				      "cannot grant the reply target");
 		return;
 	}
-	c->has_reply_msg = 1;
-	c->reply = *f;
 	memset(&g, 0, sizeof(g));
 	g.type = ZCRPC_FRAME_BULK_GRANT;
 	g.call_id = f->bulk_token; /* the server's reference */
@@ -70,11 +99,18 @@ void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 	g.bulk_len = r.len;
 	g.bulk_rkey = r.rkey;
 	g.bulk_token = zcrpc__ccall_ref(ch, c);
-	st = zcrpc__out_build(ch->w, &g, NULL, 0, 0, NULL, NULL, NULL, &out);
+	/* c->out held the request, sent long ago: it holds the grant now. */
+	st = zcrpc__out_build(ch->w, &g, NULL, 0, 0, NULL, NULL, NULL, &c->out);
 	if (st == ZCRPC_OK) {
-		st = zcrpc_conn_send_msg(conn, &out.msg, out.len);
+		st = zcrpc_conn_send_msg(conn, &c->out.msg, c->out.len);
+		if (st == ZCRPC_RESOURCE_EXHAUSTED) {
+			/* No room now (the send queue or the server's
+			 * credits): the grant waits, built. */
+			park_grant(ch, c);
+			return;
+		}
 		if (st != ZCRPC_OK)
-			zcrpc_msg_free(ch->w, &out.msg);
+			zcrpc_msg_free(ch->w, &c->out.msg);
 	}
 	if (st != ZCRPC_OK) {
 		/* The server never learnt the key; the window goes. */
@@ -86,6 +122,66 @@ void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 	}
 	c->state = CS_REPLY_BULK;
 	c->granted = 1;
+}
+
+void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
+				     struct ccall *c,
+				     const struct zcrpc_frame *f)
+{
+	if (take_reply_target(ch, conn, c, f) == 0)
+		bind_and_grant(ch, conn, c);
+}
+
+/* @c's grant, parked, will not go (the call completed): the server never
+ * learnt the key, so a window bound goes now and no zombie waits for a
+ * write. */
+void zcrpc__ccall_drop_grant(zcrpc_channel *ch, struct ccall *c)
+{
+	zcrpc__list_remove(&c->qlink);
+	c->grant_parked = 0;
+	if (c->out.msg.data)
+		zcrpc_msg_free(ch->w, &c->out.msg);
+	if (c->reply_grant)
+		zcrpc_grant_revoke(c->reply_grant, NULL);
+	c->reply_grant = NULL;
+}
+
+int zcrpc__channel_send_grants(zcrpc_channel *ch, zcrpc_conn *conn)
+{
+	struct zcrpc__list *n, *tmp;
+
+	zcrpc__list_foreach_safe(n, tmp, &ch->grants)
+	{
+		struct ccall *c = zcrpc__ccall_of(n, qlink);
+		zcrpc_status st;
+
+		if (c->conn != conn)
+			continue;
+		if (!c->reply_grant) { /* waiting for a bind slot */
+			zcrpc__list_remove(&c->qlink);
+			c->grant_parked = 0;
+			bind_and_grant(ch, conn, c);
+			if (c->grant_parked)
+				return 1; /* parked again, at the back */
+			continue;
+		}
+		st = zcrpc_conn_send_msg(conn, &c->out.msg, c->out.len);
+		if (st == ZCRPC_RESOURCE_EXHAUSTED)
+			return 1; /* on_writable brings us back */
+		zcrpc__list_remove(&c->qlink);
+		c->grant_parked = 0;
+		if (st != ZCRPC_OK) {
+			zcrpc_msg_free(ch->w, &c->out.msg);
+			zcrpc_grant_revoke(c->reply_grant, NULL);
+			c->reply_grant = NULL;
+			zcrpc__ccall_complete(ch, c, ZCRPC_UNAVAILABLE,
+					      "cannot send the grant");
+			continue;
+		}
+		c->state = CS_REPLY_BULK;
+		c->granted = 1;
+	}
+	return 0;
 }
 
 void zcrpc__ccall_on_grant(zcrpc_channel *ch, zcrpc_conn *conn,

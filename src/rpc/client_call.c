@@ -3,6 +3,7 @@
  * channel's timer, never inside the call that caused them), replies,
  * deadlines, cancellation. */
 #include "client_internal.h"
+#include "../core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,8 @@ void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 	}
 	if (c->state == CS_QUEUED)
 		queue_remove(ch, c);
+	if (c->grant_parked)
+		zcrpc__ccall_drop_grant(ch, c);
 	zcrpc__list_remove(&c->link);
 	c->status = st;
 	snprintf(c->message, sizeof(c->message), "%s", msg ? msg : "");
@@ -190,6 +193,8 @@ void zcrpc__channel_flush_queue(zcrpc_channel *ch)
 
 	if (!ch->conn || !ch->conn_up)
 		return;
+	if (zcrpc__channel_send_grants(ch, ch->conn))
+		return; /* grants first: their replies wait at the server */
 	while ((c = zcrpc__channel_queue_first(ch))) {
 		zcrpc_status st = zcrpc_conn_send_msg(ch->conn, &c->out.msg,
 						      c->out.len);
@@ -271,6 +276,16 @@ void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
 	}
 	zcrpc__channel_run_done(ch);
 	zcrpc__channel_check_zombies(ch, now, &next_due);
+	if (!zcrpc__list_empty(&ch->grants)) {
+		/* Grants waiting for a window-bind slot: no callback tells. */
+		if (ch->conn)
+			zcrpc__channel_flush_queue(ch);
+		if (ch->draining)
+			zcrpc__channel_send_grants(ch, ch->draining);
+		if (!zcrpc__list_empty(&ch->grants) &&
+		    (!next_due || now + ZCRPC_GRANT_RETRY_NS < next_due))
+			next_due = now + ZCRPC_GRANT_RETRY_NS;
+	}
 	if (!zcrpc__list_empty(&ch->done))
 		next_due = now;
 	if (next_due)
@@ -387,8 +402,9 @@ static void enqueue(zcrpc_channel *ch, struct ccall *c,
 	c->revoking = 0;
 	c->cancel_after_write = 0;
 	c->deliver_late = 0;
+	c->grant_parked = 0;
 	c->reply_grant = NULL;
-	memset(&c->reply, 0, sizeof(c->reply));
+	/* c->reply: written whole before it is read (a reply's bulk part). */
 	c->max_reply = co->max_reply;
 	c->deadline_ns = timeout_us ? zcrpc__now_ns() + timeout_us * 1000 : 0;
 	c->state = CS_QUEUED;
@@ -424,6 +440,23 @@ static void send_or_connect(zcrpc_channel *ch, struct ccall *c)
 	}
 }
 
+/* The call table had no free call for a new one: at max_calls, or it
+ * could not grow (no memory, said in the log too). */
+static zcrpc_status no_call(zcrpc_channel *ch)
+{
+	if (zcrpc__call_table_full(&ch->calls)) {
+		ch->start_why =
+			"too many calls alive on the channel (max_calls)";
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	ch->start_why = "out of memory growing the channel's call table";
+	zcrpc__log(ZCRPC_LOG_WARN,
+		   "channel %p: out of memory growing its call table past %u "
+		   "calls (max_calls %u): call refused (RESOURCE_EXHAUSTED)",
+		   (void *)ch, ch->calls.n, ch->o.max_calls);
+	return ZCRPC_RESOURCE_EXHAUSTED;
+}
+
 zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 			      zcrpc_fill_fn fill, void *fill_ctx,
 			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
@@ -448,11 +481,13 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		return st;
 	if (ch->q_len >= ch->o.max_pending) {
 		ch->st.queue_full++;
+		ch->start_why =
+			"too many calls waiting to be sent (max_pending)";
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	c = zcrpc__call_table_peek(&ch->calls);
 	if (!c)
-		return ZCRPC_RESOURCE_EXHAUSTED;
+		return no_call(ch);
 
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_REQUEST;

@@ -27,11 +27,16 @@ enum cstate {
  * grant) before the connection is torn down to end the grant. */
 #define ZCRPC_GRANT_GRACE_NS (10000LL * 1000000LL)
 
+/* A reply's grant that found no window-bind slot on its connection is
+ * tried again this soon (from the channel's timer). */
+#define ZCRPC_GRANT_RETRY_NS (1000LL * 1000LL)
+
 struct ccall {
 	uint8_t state;
 	uint8_t sync;
 	struct zcrpc__list link;  /* ch->active, ch->done or ch->zombies */
-	struct zcrpc__list qlink; /* ch->queue while QUEUED */
+	struct zcrpc__list qlink; /* ch->queue while QUEUED, ch->grants
+				   * while its grant is parked */
 	zcrpc_channel *ch;
 	zcrpc_conn *conn; /* connection it went out on */
 	zcrpc_call_cb cb;
@@ -50,6 +55,8 @@ struct ccall {
 	unsigned cancel_after_write : 1; /* send CANCEL once our write is done */
 	unsigned deliver_late : 1; /* ZOMBIE over the caller's reply_into:
 				    * its callback runs when the grant ends */
+	unsigned grant_parked : 1; /* SENT: its BULK_GRANT, built in out,
+				    * waits for room (on ch->grants) */
 	zcrpc_grant *reply_grant; /* the window over the reply target */
 	int64_t zombie_deadline_ns;
 	zcrpc_status pending_status; /* completion waiting for a write */
@@ -82,6 +89,7 @@ struct zcrpc_channel {
 	struct zcrpc__list done;   /* waiting for their callback, in order */
 	struct zcrpc__list queue;  /* pending, in order */
 	struct zcrpc__list zombies; /* completed, grant outstanding */
+	struct zcrpc__list grants;  /* calls whose BULK_GRANT waits for room */
 	uint32_t q_len;
 	struct zcrpc__bulk_cache bulk;
 	struct zcrpc__timer timer;
@@ -93,6 +101,9 @@ struct zcrpc_channel {
 	char identity[ZCRPC_IDENTITY_MAX + 1];
 	zcrpc_status down_status; /* why the last connection failed */
 	char down_why[256];
+	/* Why zcrpc_call_start refused a call for want of room (for
+	 * zcrpc_call's message), or NULL: a static string. */
+	const char *start_why;
 };
 
 static inline uint32_t zcrpc__ccall_ref(const zcrpc_channel *ch,
@@ -149,6 +160,11 @@ void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 				     const struct zcrpc_frame *f);
 void zcrpc__ccall_on_grant(zcrpc_channel *ch, zcrpc_conn *conn,
 			   const struct zcrpc_frame *f);
+/* Sends the grants parked on @conn for want of room, in order, while it
+ * takes them; nonzero when some still wait (then a send was refused, so
+ * the transport calls on_writable once room returns). */
+int zcrpc__channel_send_grants(zcrpc_channel *ch, zcrpc_conn *conn);
+void zcrpc__ccall_drop_grant(zcrpc_channel *ch, struct ccall *c);
 void zcrpc__ccall_on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 				void *arg);
 void zcrpc__ccall_on_write_imm(zcrpc_conn *conn, uint32_t imm, size_t len,

@@ -53,10 +53,16 @@ zcrpc_status zcrpc_call(zcrpc_channel *ch, uint32_t method, const void *req,
 		out->message = strdup("synchronous call from inside a callback of the same worker");
 		return ZCRPC_FAILED_PRECONDITION;
 	}
+	ch->start_why = NULL;
 	st = zcrpc_call_async(ch, method, req, len, o, sync_cb, &s, NULL);
 	if (st != ZCRPC_OK) {
+		char m[160];
+
+		snprintf(m, sizeof(m), "the call could not be started%s%s",
+			 ch->start_why ? ": " : "",
+			 ch->start_why ? ch->start_why : "");
 		out->status = st;
-		out->message = strdup("the call could not be started");
+		out->message = strdup(m);
 		return st;
 	}
 	while (!s.done)

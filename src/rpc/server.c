@@ -40,6 +40,8 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		zcrpc__bulk_collect(&s->bulk, zcrpc__server_on_buffer, s);
 	if (s->next_bulk_check_ns && now >= s->next_bulk_check_ns)
 		zcrpc__server_bulk_check(s, now);
+	if (s->grant_waits)
+		zcrpc__server_retry_grants(s);
 	zcrpc__list_foreach(n, &s->conns) if (zcrpc__sconn_of(n)->p_head)
 		zcrpc__sconn_flush_deferred(zcrpc__sconn_of(n));
 	if (now >= s->next_trim_ns) {
@@ -49,7 +51,7 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		zcrpc__worker_pool_trim(s->w, now, s->idle_ns);
 		s->next_trim_ns = now + s->idle_ns / 2;
 	}
-	if (s->npframes || s->bulk.growing)
+	if (s->npframes || s->bulk.growing || s->grant_waits)
 		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
 	if (s->next_bulk_check_ns)
 		zcrpc__timer_start(s->w, &s->timer, s->next_bulk_check_ns);
@@ -188,6 +190,7 @@ void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
 	o->bulk_threshold = 16384;
 	o->max_conns_per_source = ZCRPC_DEFAULT_CONNS_PER_SOURCE;
 	o->idle_timeout_ms = ZCRPC_DEFAULT_IDLE_TIMEOUT_MS;
+	o->send_depth = ZCRPC_RPC_DEFAULT_SEND_DEPTH;
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
@@ -208,6 +211,9 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		if (ZCRPC__ABI_IN(&s->o, o, ZCRPC__MIN_SERVER_OPTS) != ZCRPC_OK ||
 		    n->window < ZCRPC_MIN_QUEUE_DEPTH ||
 		    n->window > ZCRPC_MAX_QUEUE_DEPTH ||
+		    (n->send_depth &&
+		     (n->send_depth < ZCRPC_MIN_QUEUE_DEPTH ||
+		      n->send_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
 		    (!n->psk && n->psk_len) ||
 		    (n->psk && (n->psk_len < ZCRPC_PSK_MIN ||
 				n->psk_len > ZCRPC_PSK_MAX)) ||
@@ -223,8 +229,8 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 		}
 	}
 	s->w = w;
-	if (zcrpc__call_table_init(&s->calls, 65536,
-				   sizeof(zcrpc_server_call)) != ZCRPC_OK) {
+	if (zcrpc__call_table_init(&s->calls, 65536, sizeof(zcrpc_server_call),
+				   NULL, NULL) != ZCRPC_OK) {
 		free(s);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
@@ -291,7 +297,7 @@ zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 	lo.on_accept = on_accept;
 	lo.arg = s;
 	lo.recv_depth = s->o.window;
-	lo.send_depth = s->o.window;
+	lo.send_depth = s->o.send_depth ? s->o.send_depth : s->o.window;
 	lo.psk = s->o.psk;
 	lo.psk_len = s->o.psk_len;
 	lo.max_handshakes = s->o.max_handshakes;

@@ -1,7 +1,8 @@
 /* zcrpc — the server's bulk parts: a request's part (budget, a buffer
- * registered off-thread, the grant, the write's time limit, the revoke
- * before the handler reads it) and a reply's part (written into the
- * client's grant). docs/design.md "Bulk". */
+ * registered off-thread, the grant, retried while the connection has no
+ * window-bind slot, the write's time limit, the revoke before the
+ * handler reads it) and a reply's part (written into the client's grant).
+ * docs/design.md "Bulk". */
 #include "server_internal.h"
 
 #include <stdio.h>
@@ -33,15 +34,31 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 	struct sconn *sc = c->sc;
 	struct zcrpc_frame g;
 	zcrpc_remote_region r;
+	zcrpc_status st;
 
+	if (c->req_bulk != b) /* not a retry */
+		/* A part longer than one piece may be left partly unwritten
+		 * (only the last piece's count is checked): zero what may
+		 * hold another peer's bytes (docs/protocol.md §4). */
+		zcrpc__bulk_scrub(b->ptr, (size_t)c->f.bulk_len,
+				  zcrpc_conn_write_piece(sc->conn));
 	c->req_bulk = b;
-	/* A part longer than one piece may be left partly unwritten (only
-	 * the last piece's count is checked): zero what may hold another
-	 * peer's bytes (docs/protocol.md §4). */
-	zcrpc__bulk_scrub(b->ptr, (size_t)c->f.bulk_len,
-			  zcrpc_conn_write_piece(sc->conn));
-	if (zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
-			   &c->req_grant) != ZCRPC_OK) {
+	st = zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
+			    &c->req_grant);
+	if (st == ZCRPC_RESOURCE_EXHAUSTED && !c->cancelled) {
+		/* Every window-bind slot of the connection is in its send
+		 * queue: the server's timer tries again
+		 * (zcrpc__server_retry_grants), the buffer in hand
+		 * (SS_AWAIT_BUF with req_bulk set). */
+		c->req_grant = NULL;
+		c->state = SS_AWAIT_BUF;
+		s->grant_waits++;
+		zcrpc__timer_start(s->w, &s->timer,
+				   zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		return;
+	}
+	if (st != ZCRPC_OK) {
+		c->req_grant = NULL;
 		zcrpc__sconn_send_simple(
 			sc, ZCRPC_FRAME_REPLY, c->client_ref,
 			ZCRPC_RESOURCE_EXHAUSTED,
@@ -63,6 +80,31 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 			      (int64_t)(c->f.bulk_len >> 20) * ZCRPC_NS_PER_MIB;
 	zcrpc__server_watch_bulk_deadline(s, c->bulk_deadline_ns);
 	zcrpc__sconn_send_frame(sc, &g, NULL, 0, g.bulk_token);
+}
+
+void zcrpc__server_retry_grants(zcrpc_server *s)
+{
+	struct zcrpc__list *ni, *nj, *tmp;
+	uint32_t waiting = 0;
+
+	zcrpc__list_foreach(ni, &s->conns)
+	{
+		zcrpc__list_foreach_safe(nj, tmp, &zcrpc__sconn_of(ni)->calls)
+		{
+			zcrpc_server_call *c = zcrpc__scall_of(nj, link);
+
+			if (c->state != SS_AWAIT_BUF || !c->req_bulk)
+				continue;
+			grant_request(s, c, c->req_bulk);
+			/* Granted, failed (freed: the record stays in the
+			 * table, SS_FREE) or waiting again. */
+			if (c->state == SS_AWAIT_BUF && c->req_bulk)
+				waiting++;
+		}
+	}
+	/* Recounted: calls freed while they waited (cancel, close) and the
+	 * retries above left it high. */
+	s->grant_waits = waiting;
 }
 
 /* A request announced a bulk part: charge the connection's budget and take

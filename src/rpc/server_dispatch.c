@@ -7,6 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SPAN(from, to)                                                         \
+	(offsetof(zcrpc_server_call, to) - offsetof(zcrpc_server_call, from))
+_Static_assert(offsetof(zcrpc_server_call, md) ==
+		       offsetof(zcrpc_server_call, f) +
+			       sizeof(struct zcrpc_frame),
+	       "scall_reset skips f and md as one span");
+
+/* Zeroes @c (SS_FREE) but for its request frame, metadata and handler
+ * view, which a new call writes whole before reading (on_request,
+ * run_handler): 680 of the record's 936 bytes that zeroing only cost. */
+static void scall_reset(zcrpc_server_call *c)
+{
+	memset(c, 0, SPAN(state, f));
+	memset(&c->n_md, 0, SPAN(n_md, view));
+	memset((char *)&c->view + sizeof(c->view), 0,
+	       sizeof(*c) - offsetof(zcrpc_server_call, view) -
+		       sizeof(c->view));
+}
+
 void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c)
 {
 	zcrpc__scall_budget_release(c);
@@ -30,9 +49,7 @@ void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c)
 		fn(c->done_ctx, c->state == SS_REPLY_WRITE ? ZCRPC_UNAVAILABLE
 							   : ZCRPC_UNAVAILABLE);
 	}
-	memset((char *)c + offsetof(zcrpc_server_call, state), 0,
-	       sizeof(*c) - offsetof(zcrpc_server_call, state));
-	c->state = SS_FREE;
+	scall_reset(c);
 	zcrpc__list_init(&c->link);
 	zcrpc__list_init(&c->qlink);
 	zcrpc__call_table_release(&s->calls, c);
@@ -150,9 +167,13 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 	}
 	c = zcrpc__call_table_take(&s->calls);
 	if (!c) {
-		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
-					 ZCRPC_RESOURCE_EXHAUSTED,
-					 "too many calls at the server");
+		zcrpc__sconn_send_simple(
+			sc, ZCRPC_FRAME_REPLY, f->call_id,
+			ZCRPC_RESOURCE_EXHAUSTED,
+			zcrpc__call_table_full(&s->calls)
+				? "too many calls at the server"
+				: "out of memory growing the server's call "
+				  "table");
 		return;
 	}
 	zcrpc__list_init(&c->link);

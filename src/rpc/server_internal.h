@@ -30,7 +30,9 @@ enum sstate {
 	SS_RUNNING,	/* the handler has it; waiting for the reply */
 	SS_REPLY_GRANT, /* reply sent with a bulk part; waiting for the grant */
 	SS_REPLY_WRITE, /* writing the reply's bulk part */
-	SS_AWAIT_BUF,	/* its request buffer is being registered off-thread */
+	SS_AWAIT_BUF,	/* its request buffer is being registered off-thread
+			 * (req_bulk NULL), or is in hand and its window
+			 * waits for a bind slot (zcrpc__server_retry_grants) */
 	SS_REPLY_BUF,	/* its reply is built; its bulk buffer is being
 			 * registered off-thread (the bytes wait on the heap) */
 };
@@ -122,6 +124,8 @@ struct zcrpc_server {
 	struct zcrpc__timer timer; /* deferred frames, buffers registered
 				    * off-thread, bulk time limits */
 	uint32_t npframes;	   /* frames waiting for a slot, all conns */
+	uint32_t grant_waits;	   /* request parts waiting for a window-bind
+				    * slot (at most: recounted by the retry) */
 	size_t conn_max;	   /* bulk budget per connection */
 	int64_t write_timeout_ns;
 	int64_t next_bulk_check_ns; /* earliest bulk time limit, 0 = none */
@@ -188,5 +192,9 @@ void zcrpc__sconn_on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 void zcrpc__sconn_on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 				void *arg);
 void zcrpc__server_bulk_check(zcrpc_server *s, int64_t now);
+/* Binds the windows of the request parts that found no window-bind slot
+ * on their connection (its send queue's share for binds was full), from
+ * the server's timer. */
+void zcrpc__server_retry_grants(zcrpc_server *s);
 
 #endif /* ZCRPC_RPC_SERVER_INTERNAL_H */
