@@ -44,6 +44,7 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 		d->verbs = ctx->list[i];
 		if (ibv_query_device(d->verbs, &d->attr))
 			continue;
+		zcrpc__profile_probe(&d->prof, d->verbs, &d->attr);
 		d->max_msg_sz = 1U << 30;
 		if (ibv_query_port(d->verbs, 1, &pa) == 0 && pa.max_msg_sz)
 			d->max_msg_sz = pa.max_msg_sz;
@@ -228,4 +229,10 @@ void zcrpc_mr_deregister(zcrpc_mr *mr)
 	pthread_mutex_unlock(&mr->ctx->lock);
 	zcrpc__context_unref(mr->ctx);
 	free(mr);
+}
+
+const struct zcrpc__dev_profile *
+zcrpc__context_profile(const zcrpc_context *ctx, int idx)
+{
+	return ctx && idx >= 0 && idx < ctx->ndev ? &ctx->dev[idx].prof : NULL;
 }

@@ -35,6 +35,7 @@ zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 		d->verbs = verbs;
 		d->pd = w->ctx->dev[idx].pd;
 		d->attr = &w->ctx->dev[idx].attr;
+		d->prof = &w->ctx->dev[idx].prof;
 		d->max_msg_sz = w->ctx->dev[idx].max_msg_sz;
 	}
 	*out = d;

@@ -182,6 +182,10 @@ void zcrpc__sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st);
 void zcrpc__sq_flush_all(zcrpc_conn *c);
 void zcrpc__conn_keepalive(zcrpc_conn *c);
 
+/* ---- context.c: the profile of the context's device @idx (tests) */
+const struct zcrpc__dev_profile *
+zcrpc__context_profile(const zcrpc_context *ctx, int idx);
+
 /* ---- srq.c: the shared receive queue and its credit budget */
 zcrpc_status zcrpc__srq_open(zcrpc_worker *w, struct zcrpc__device *d);
 /* Destroys the queue and gives its slots back (no QP may use it). */

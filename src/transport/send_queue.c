@@ -61,7 +61,8 @@ int zcrpc__sq_room(const zcrpc_conn *c)
  * handed to the QP only when every work request before it has completed:
  * it then runs at the head of the queue and is retired before any retry
  * can happen. Work requests posted while one waits are held back, in
- * order (docs/design.md, "Local operations on the send queue"). */
+ * order (docs/design.md, "Local operations on the send queue"). Only on
+ * devices whose profile has the quirk (bind_needs_drain, profile.c). */
 static int is_local_op(const struct ibv_send_wr *wr)
 {
 	return wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
@@ -92,7 +93,8 @@ int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 	wr->send_flags |= IBV_SEND_SIGNALED;
 	wr->next = NULL;
 	if (c->sq_posted != c->sq_tail ||
-	    (is_local_op(wr) && c->sq_head != c->sq_posted)) {
+	    (is_local_op(wr) && c->dev->prof->bind_needs_drain &&
+	     c->sq_head != c->sq_posted)) {
 		struct zcrpc__deferred_wr *dw = malloc(sizeof(*dw));
 
 		if (!dw)
@@ -133,7 +135,8 @@ void zcrpc__sq_post_deferred(zcrpc_conn *c)
 		struct zcrpc__deferred_wr *dw = e->dw;
 		int rc;
 
-		if (is_local_op(&dw->wr) && c->sq_head != c->sq_posted)
+		if (is_local_op(&dw->wr) && c->dev->prof->bind_needs_drain &&
+		    c->sq_head != c->sq_posted)
 			return;
 		if (dw->wr.opcode == IBV_WR_BIND_MW) {
 			struct ibv_mw *mw = dw->wr.bind_mw.mw;

@@ -13,6 +13,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "mempool.h"
+#include "profile.h"
 #include "seam.h"
 #include "../core/limits.h"
 #include "../core/list.h"
@@ -29,6 +30,7 @@ struct zcrpc__ctx_dev {
 	atomic_int port_down;	   /* PORT_ERR seen, no PORT_ACTIVE since */
 	struct ibv_device_attr attr;
 	uint32_t max_msg_sz; /* of port 1 */
+	struct zcrpc__dev_profile prof; /* profile.c */
 };
 
 struct zcrpc_context {
@@ -97,6 +99,7 @@ struct zcrpc__device {
 	struct ibv_context *verbs;
 	struct ibv_pd *pd;
 	const struct ibv_device_attr *attr;
+	const struct zcrpc__dev_profile *prof;
 	uint32_t max_msg_sz;
 	struct ibv_comp_channel *comp_ch;
 	struct zcrpc__src src;

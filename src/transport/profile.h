@@ -1,0 +1,38 @@
+/* zcrpc — a device's profile: what zcrpc learned about it once, at context
+ * creation, and the quirks the data path follows (docs/design.md "Device
+ * profiles"). The capability probe of the hardware issue fills in more;
+ * the data path asks the profile, never the device's name. Private. */
+#ifndef ZCRPC_TRANSPORT_PROFILE_H
+#define ZCRPC_TRANSPORT_PROFILE_H
+
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+enum zcrpc__provider {
+	ZCRPC_PROV_OTHER = 0,
+	ZCRPC_PROV_RXE,	 /* Soft-RoCE (rdma_rxe) */
+	ZCRPC_PROV_SIW,	 /* Soft-iWARP (siw) */
+	ZCRPC_PROV_MLX5, /* NVIDIA ConnectX-4 and later */
+};
+
+struct zcrpc__dev_profile {
+	enum zcrpc__provider provider;
+	char name[IBV_SYSFS_NAME_MAX]; /* ibv_get_device_name() */
+	enum ibv_transport_type transport; /* IB (IB or RoCE) or iWARP */
+	uint32_t max_srq_wr;		   /* 0: no shared receive queue */
+	uint32_t max_cqe, max_qp_wr;
+	/* Quirk: a BIND_MW or LOCAL_INV must wait until the send queue
+	 * drained (rxe re-executes one a retransmission rewinds over:
+	 * send_queue.c). Devices without it post them in order with the
+	 * rest. */
+	unsigned bind_needs_drain : 1;
+};
+
+/* Fills @p from the device's attributes (queried by the caller). */
+void zcrpc__profile_probe(struct zcrpc__dev_profile *p,
+			  struct ibv_context *verbs,
+			  const struct ibv_device_attr *attr);
+const char *zcrpc__provider_name(enum zcrpc__provider prov);
+
+#endif /* ZCRPC_TRANSPORT_PROFILE_H */
