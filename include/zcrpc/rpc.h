@@ -278,6 +278,13 @@ typedef struct zcrpc_channel_stats {
 	 * zcrpc_conn_get_error() of the connection says the same.
 	 */
 	uint64_t protocol_errors;
+	/**
+	 * CANCELs that could not be built (no pool slot, no memory), so the
+	 * server learnt of the cancellation only by the call's deadline. A
+	 * CANCEL that finds no credit or ring room is not lost: it waits for
+	 * room, and goes with the credit kept for control frames.
+	 */
+	uint64_t cancels_lost;
 	/* New counters go here. */
 } zcrpc_channel_stats;
 

@@ -78,6 +78,7 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 	} else if (conn == ch->draining) {
 		ch->draining = NULL;
 	}
+	zcrpc__channel_drop_cancels(ch, conn);
 	zcrpc_conn_destroy(conn);
 }
 
@@ -139,7 +140,7 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 
 	if (conn == ch->conn)
 		zcrpc__channel_flush_queue(ch);
-	else
+	else if (!zcrpc__channel_send_cancels(ch, conn))
 		zcrpc__channel_send_grants(ch, conn); /* draining */
 }
 
@@ -319,6 +320,7 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 		if (zcrpc__ccall_at(ch, i)->state != CS_FREE)
 			zcrpc__ccall_free(ch, zcrpc__ccall_at(ch, i));
 	zcrpc__timer_stop(ch->w, &ch->timer);
+	zcrpc__channel_drop_cancels(ch, NULL);
 	zcrpc_conn_destroy(ch->conn);
 	zcrpc_conn_destroy(ch->draining);
 	zcrpc__bulk_fini(&ch->bulk);

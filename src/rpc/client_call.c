@@ -171,6 +171,9 @@ void zcrpc__channel_run_done(zcrpc_channel *ch)
 	}
 }
 
+static void queue_cancel(zcrpc_channel *ch, zcrpc_conn *conn,
+			 const struct zcrpc__out *out);
+
 void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c)
 {
 	struct zcrpc_frame f;
@@ -181,10 +184,72 @@ void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c)
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_CANCEL;
 	f.call_id = zcrpc__ccall_ref(ch, c);
-	if (zcrpc__out_build(ch->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out))
+	if (zcrpc__out_build(ch->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out)) {
+		/* no pool slot: the server's call runs on until its deadline */
+		ch->st.cancels_lost++;
 		return;
-	if (zcrpc_conn_send_msg(c->conn, &out.msg, out.len) != ZCRPC_OK)
-		zcrpc_msg_free(ch->w, &out.msg); /* best effort */
+	}
+	queue_cancel(ch, c->conn, &out);
+	zcrpc__channel_send_cancels(ch, c->conn);
+}
+
+/* CANCELs go behind the ones already waiting (in order), with the credit
+ * kept for control frames (the seam's send_urgent): one that finds even
+ * that gone waits for on_writable instead of being dropped, so the
+ * server's call does not hold its window until the connection closes. */
+static void queue_cancel(zcrpc_channel *ch, zcrpc_conn *conn,
+			 const struct zcrpc__out *out)
+{
+	struct pcancel *p = malloc(sizeof(*p)), **tail = &ch->cancels;
+
+	if (!p) {
+		zcrpc_msg_free(ch->w, (zcrpc_msg *)&out->msg);
+		ch->st.cancels_lost++;
+		return;
+	}
+	p->next = NULL;
+	p->conn = conn;
+	p->out = *out;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = p;
+}
+
+int zcrpc__channel_send_cancels(zcrpc_channel *ch, zcrpc_conn *conn)
+{
+	struct pcancel **pp = &ch->cancels, *p;
+
+	while ((p = *pp)) {
+		zcrpc_status st;
+
+		if (p->conn != conn) {
+			pp = &p->next;
+			continue;
+		}
+		st = zcrpc__conn_send_urgent(conn, &p->out.msg, p->out.len);
+		if (st == ZCRPC_RESOURCE_EXHAUSTED)
+			return 1; /* on_writable brings us back */
+		if (st != ZCRPC_OK)
+			zcrpc_msg_free(ch->w, &p->out.msg);
+		*pp = p->next;
+		free(p);
+	}
+	return 0;
+}
+
+void zcrpc__channel_drop_cancels(zcrpc_channel *ch, zcrpc_conn *conn)
+{
+	struct pcancel **pp = &ch->cancels, *p;
+
+	while ((p = *pp)) {
+		if (conn && p->conn != conn) {
+			pp = &p->next;
+			continue;
+		}
+		zcrpc_msg_free(ch->w, &p->out.msg);
+		*pp = p->next;
+		free(p);
+	}
 }
 
 void zcrpc__channel_flush_queue(zcrpc_channel *ch)
@@ -193,6 +258,8 @@ void zcrpc__channel_flush_queue(zcrpc_channel *ch)
 
 	if (!ch->conn || !ch->conn_up)
 		return;
+	if (zcrpc__channel_send_cancels(ch, ch->conn))
+		return; /* cancels first: they free the server's window */
 	if (zcrpc__channel_send_grants(ch, ch->conn))
 		return; /* grants first: their replies wait at the server */
 	while ((c = zcrpc__channel_queue_first(ch))) {

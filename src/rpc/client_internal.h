@@ -90,6 +90,7 @@ struct zcrpc_channel {
 	struct zcrpc__list queue;  /* pending, in order */
 	struct zcrpc__list zombies; /* completed, grant outstanding */
 	struct zcrpc__list grants;  /* calls whose BULK_GRANT waits for room */
+	struct pcancel *cancels;    /* CANCELs waiting for room, in order */
 	uint32_t q_len;
 	struct zcrpc__bulk_cache bulk;
 	struct zcrpc__timer timer;
@@ -147,6 +148,18 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 				      const void *bulk, size_t bulk_len);
 void zcrpc__channel_run_done(zcrpc_channel *ch);
 void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c);
+/* A CANCEL frame built but not sent yet: the connection had neither the
+ * credit kept for control frames nor ring room. Sent from on_writable,
+ * before anything else; dropped with its connection. */
+struct pcancel {
+	struct pcancel *next;
+	zcrpc_conn *conn;
+	struct zcrpc__out out;
+};
+/* Sends the CANCELs waiting on @conn; 0 when none is left. */
+int zcrpc__channel_send_cancels(zcrpc_channel *ch, zcrpc_conn *conn);
+/* Drops those waiting on @conn (NULL: all), freeing their frames. */
+void zcrpc__channel_drop_cancels(zcrpc_channel *ch, zcrpc_conn *conn);
 void zcrpc__channel_flush_queue(zcrpc_channel *ch);
 void zcrpc__ccall_on_reply(zcrpc_channel *ch, zcrpc_conn *conn,
 			   const struct zcrpc_frame *f);

@@ -213,6 +213,11 @@ void zcrpc__srq_released(zcrpc_conn *c, uint32_t n);
 void zcrpc__srq_leave(zcrpc_conn *c);
 
 /* ---- credits.c: flow control */
+/* Credits an ordinary message (or a write with immediate) needs (msg.c). */
+uint32_t zcrpc__credits_for_data(const zcrpc_conn *c);
+/* The seam's send_urgent (msg.c). */
+zcrpc_status zcrpc__conn_send_msg_urgent(zcrpc_conn *c, zcrpc_msg *m,
+					 size_t len);
 /* Sends the message in @s (payload of @len bytes in place) with one
  * credit, returning what is owed. The caller checked credits and room. */
 int zcrpc__credits_post_msg(zcrpc_conn *c, const struct zcrpc__slot *s,

@@ -9,19 +9,28 @@
 
 #include "../core/le.h"
 
+/* Credits an ordinary message needs (docs/protocol.md §3): one is kept for
+ * credit updates, and — when the peer granted at least 8 — one more for
+ * urgent control frames (zcrpc__conn_send_msg_urgent: a CANCEL). */
+uint32_t zcrpc__credits_for_data(const zcrpc_conn *c)
+{
+	return c->peer_recv_depth >= 8 ? 3 : 2;
+}
+
 int zcrpc_conn_can_send(const zcrpc_conn *c)
 {
 	return c && c->state == ZCRPC_CONN_ESTABLISHED && !c->closing &&
-	       c->credits >= 2 && zcrpc__sq_room(c) >= 1;
+	       c->credits >= zcrpc__credits_for_data(c) &&
+	       zcrpc__sq_room(c) >= 1;
 }
 
-static zcrpc_status check_send(zcrpc_conn *c, size_t len)
+static zcrpc_status check_send(zcrpc_conn *c, size_t len, uint32_t need)
 {
 	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing)
 		return ZCRPC_FAILED_PRECONDITION;
 	if (len > c->peer_max_msg)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (c->credits < 2) { /* one credit is kept for credit updates */
+	if (c->credits < need) {
 		c->stats.credit_stalls++;
 		c->want_writable = 1;
 		return ZCRPC_RESOURCE_EXHAUSTED;
@@ -102,7 +111,8 @@ zcrpc_status zcrpc_msg_free(zcrpc_worker *w, zcrpc_msg *m)
 	return st;
 }
 
-zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *c, zcrpc_msg *m, size_t len)
+static zcrpc_status send_msg(zcrpc_conn *c, zcrpc_msg *m, size_t len,
+			     uint32_t need)
 {
 	struct zcrpc__slot s;
 	zcrpc_status st;
@@ -113,13 +123,25 @@ zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *c, zcrpc_msg *m, size_t len)
 	    m->data != s.ptr + ZCRPC_MSG_HDR_LEN ||
 	    len > s.size - ZCRPC_MSG_HDR_LEN)
 		return ZCRPC_INVALID_ARGUMENT;
-	st = check_send(c, len);
+	st = check_send(c, len, need);
 	if (st != ZCRPC_OK)
 		return st;
 	st = send_slot(c, &s, len);
 	if (st == ZCRPC_OK)
 		memset(m, 0, sizeof(*m));
 	return st;
+}
+
+zcrpc_status zcrpc_conn_send_msg(zcrpc_conn *c, zcrpc_msg *m, size_t len)
+{
+	return c ? send_msg(c, m, len, zcrpc__credits_for_data(c))
+		 : ZCRPC_INVALID_ARGUMENT;
+}
+
+zcrpc_status zcrpc__conn_send_msg_urgent(zcrpc_conn *c, zcrpc_msg *m,
+					 size_t len)
+{
+	return send_msg(c, m, len, 2); /* the credit for updates stays */
 }
 
 zcrpc_status zcrpc_conn_send(zcrpc_conn *c, const void *data, size_t len)
@@ -129,7 +151,7 @@ zcrpc_status zcrpc_conn_send(zcrpc_conn *c, const void *data, size_t len)
 
 	if (!c || (!data && len))
 		return ZCRPC_INVALID_ARGUMENT;
-	st = check_send(c, len);
+	st = check_send(c, len, zcrpc__credits_for_data(c));
 	if (st != ZCRPC_OK)
 		return st;
 	if (zcrpc__pool_get(c->w->pool, ZCRPC_MSG_HDR_LEN + len, &s) != ZCRPC_OK)

@@ -32,6 +32,7 @@ const struct zcrpc__conn_ops zcrpc__rdma_conn_ops = {
 	.closing = rdma_closing,
 	.peer_closed = rdma_peer_closed,
 	.abort = rdma_abort,
+	.send_urgent = zcrpc__conn_send_msg_urgent,
 };
 
 void zcrpc__conn_abort(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)

@@ -43,6 +43,12 @@ struct zcrpc__conn_ops {
 	/* The orderly close for a reason (a protocol error, say), reported
 	 * as @st and @why (copied) when it completes, instead of OK. */
 	void (*abort)(zcrpc_conn *c, zcrpc_status st, const char *why);
+	/* Sends @m (as zcrpc_conn_send_msg) with the credit kept for
+	 * control frames (a CANCEL), which ordinary messages leave alone:
+	 * it goes while an ordinary message would wait for credit.
+	 * RESOURCE_EXHAUSTED when even that credit or the ring's room is
+	 * gone (the caller keeps the frame for on_writable). */
+	zcrpc_status (*send_urgent)(zcrpc_conn *c, zcrpc_msg *m, size_t len);
 };
 
 /* The first member of every connection object, whatever its kind. */
@@ -64,6 +70,12 @@ static inline int zcrpc__conn_closing(const zcrpc_conn *c)
 static inline int zcrpc__conn_peer_closed(const zcrpc_conn *c)
 {
 	return zcrpc__conn_ops_of(c)->peer_closed(c);
+}
+
+static inline zcrpc_status zcrpc__conn_send_urgent(zcrpc_conn *c, zcrpc_msg *m,
+						   size_t len)
+{
+	return zcrpc__conn_ops_of(c)->send_urgent(c, m, len);
 }
 
 /* ops->abort with a printf-style reason (cut at 192 bytes). */

@@ -97,7 +97,8 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL};
 		int rc;
 
-		if (imm && c->credits < 2) { /* it consumes a peer receive */
+		if (imm && c->credits < zcrpc__credits_for_data(c)) {
+			/* it consumes a peer receive, as a message does */
 			c->stats.credit_stalls++;
 			return; /* resumes when credits come back */
 		}

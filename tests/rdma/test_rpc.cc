@@ -816,6 +816,81 @@ TEST_F(Rpc, LateReplyToACancelledCallIsDroppedAndCounted)
 	EXPECT_EQ(server.echo_runs.load(), 2);
 }
 
+// Issue 13 item 2: a CANCEL never waits for credit. The server reads
+// nothing (credits stop coming back); ordinary requests stop one credit
+// early, and the CANCEL goes at once with the credit kept for control
+// frames; once the server runs it sees the call cancelled. Before, the
+// CANCEL found no credit and was dropped ("best effort"): the server's call
+// held its place in the window until the connection closed.
+TEST_F(Rpc, ACancelGoesWithTheReservedCreditWhileRequestsWaitForCredit)
+{
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.window = 8; // the client gets 8 credits
+	RpcServer server;
+	std::vector<zcrpc_server_call *> held; // the server's thread only
+	std::atomic<bool> release{false};
+	server.on_hold = [&](zcrpc_server_call *c, const zcrpc_request *) {
+		held.push_back(c);
+	};
+	server.on_tick = [&] {
+		if (!release.load())
+			return;
+		for (auto *c : held)
+			zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, "done", 4,
+						nullptr);
+		held.clear();
+	};
+	ASSERT_TRUE(server.Start(env_.addr0, &so));
+	Client cl(env_.addr0, server.port());
+	zcrpc_result r;
+	ASSERT_EQ(zcrpc_call(cl.ch, zcrpc_method_id(kEcho), "w", 1, nullptr, &r,
+			     sizeof(r)),
+		  ZCRPC_OK);
+	zcrpc_result_free(&r);
+	cl.Wait([] { return false; }, 100); // the echo's credits are back
+	server.Pause();
+	std::vector<Result> res(12);
+	std::vector<zcrpc_call_id> ids(res.size());
+	for (size_t i = 0; i < res.size(); i++)
+		ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kHold), "h",
+					   1, nullptr, Collect, &res[i],
+					   &ids[i]),
+			  ZCRPC_OK);
+	cl.Wait([] { return false; }, 200);
+	auto sent = [&] {
+		zcrpc_worker_stats ws;
+		zcrpc_worker_get_stats(cl.w, &ws, sizeof(ws));
+		return ws.msgs_sent;
+	};
+	const uint64_t before = sent();
+	EXPECT_GT(cl.Stats().pending, 0u)
+		<< "every request went: the credits did not run out";
+	ASSERT_EQ(zcrpc_call_cancel(cl.ch, ids[0]),
+		  ZCRPC_OK); // it went out first
+	cl.Wait([] { return false; }, 100);
+	EXPECT_EQ(sent(), before + 1)
+		<< "the CANCEL waited for credit (or was dropped)";
+	EXPECT_EQ(cl.Stats().cancels_lost, 0u);
+	server.paused = false;
+	ASSERT_TRUE(
+		cl.Wait([&] { return server.Stats().cancelled >= 1; }, 10000))
+		<< "the server never saw the CANCEL";
+	release = true;
+	ASSERT_TRUE(cl.Wait(
+		[&] {
+			for (auto &x : res)
+				if (!x.calls)
+					return false;
+			return true;
+		},
+		20000));
+	EXPECT_EQ(res[0].status, ZCRPC_CANCELLED);
+	for (size_t i = 1; i < res.size(); i++)
+		EXPECT_EQ(res[i].status, ZCRPC_OK)
+			<< i << ": " << res[i].message;
+}
+
 TEST_F(Rpc, CallsBeyondCreditsWaitInABoundedQueueThenFailFast)
 {
 	zcrpc_server_opts so;
