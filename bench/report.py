@@ -536,12 +536,12 @@ if scale:
               "server, scaled); RSS/VmPin from /proc; RNR = rxe0's rcvd_rnr_err/send_rnr_err.")
     md.append("")
     md.append("| config | N | connected | setup ms/conn | server pool MiB (slots) | pool MiB per "
-              "1,000 conns | server RSS MiB before → connected | server VmPin MiB | client RSS "
-              "KiB/conn | calls/s | bad / failed | RNR before → after |")
-    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+              "1,000 conns | server RSS MiB before → connected | server RSS KiB/conn | server VmPin "
+              "MiB | client RSS KiB/conn | calls/s | bad / failed | RNR before → after |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in scale:
         if "skipped" in r:
-            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | |")
+            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | | |")
             continue
         rb, ra = r["rnr_before"] or {}, r["rnr_after"] or {}
         cfg = r["label"] + (f" (window {r['window']}, max_calls {r['max_calls']}" if r["window"]
@@ -552,7 +552,8 @@ if scale:
                   f"{fmt(r['connect_ms_per_conn'])} | {fmt(r['server_pool_mib'])} "
                   f"({fmt(r['server_pool_slots'])}) | {fmt(r['server_pool_mib_per_1000'])} | "
                   f"{fmt(r['server_rss_mib_before'])} → {fmt(r['server_rss_mib_connected'])} | "
-                  f"{fmt(r['server_pin_mib_connected'])} | {fmt(r['client_rss_kib_per_conn'])} | "
+                  f"{fmt(r['server_rss_kib_per_conn'], 0)} | {fmt(r['server_pin_mib_connected'])} | "
+                  f"{fmt(r['client_rss_kib_per_conn'], 0)} | "
                   f"{fmt(r['calls_per_s'], 0)} | {r['bad_replies']} / {r['failed_calls']} | "
                   f"{rb.get('rcvd_rnr_err')}/{rb.get('send_rnr_err')} → "
                   f"{ra.get('rcvd_rnr_err')}/{ra.get('send_rnr_err')} |")
@@ -563,6 +564,7 @@ if scale:
             f"{r['label']} N = {r['n']}: " + (f"channel {r['failed_at']} failed"
                                               if r["failed_at"] else "did not complete")
             + f" ({r['connected']} connected): {r['error'] or '(no error text)'}"
+            + (f" (server pool_exhausted {r['pool_exhausted']})" if r.get("pool_exhausted") else "")
             for r in fails) + ".")
         md.append("")
 md.append("Did not run / no numbers:")
@@ -570,8 +572,9 @@ md.append("")
 for fl in failures:
     md.append(f"- `{fl['id']}` (exit {fl['exit']}): `{fl['command']}` — {fl['error']}")
 md.append("")
-md.append("Plots: ![latency](latency.png) ![bandwidth](bandwidth.png)" +
-          (" ![scale](scale.png)" if scale else ""))
+md.append("Plots: " + ("" if run.get("scale_only") else
+                       "![latency](latency.png) ![bandwidth](bandwidth.png) ") +
+          ("![scale](scale.png)" if scale else ""))
 if run.get("scale_only"):  # only the scale part ran: leave out the empty tables
     keep = md.index(next(l for l in md if l.startswith("Scale:"))) if scale else len(md)
     md = md[:2] + md[keep:]
@@ -637,7 +640,10 @@ gps = []
 if not run.get("scale_only"):
     gps.append(("plots.gp", gp))
 if labels:
-    ns = sorted({r["n"] for r in scale if "skipped" not in r})
+    ns = []
+    for n in sorted({r["n"] for r in scale if "skipped" not in r}):
+        if not ns or n >= 1.5 * ns[-1]:  # tics that do not overlap
+            ns.append(n)
     gps.append(("scale.gp", f"""
 set terminal pngcairo size 1000,460 enhanced font 'Sans,10'
 set output '{out}/scale.png'

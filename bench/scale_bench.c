@@ -303,6 +303,7 @@ struct sch {
 	uint32_t id;
 	uint64_t seq;
 	int busy, ok;
+	char *err; /* why its first failed call failed (strdup), or NULL */
 };
 
 struct client {
@@ -334,11 +335,16 @@ static void on_done(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 	s->busy = 0;
 	cl->pending--;
 	if (r->status != ZCRPC_OK) {
+		char msg[sizeof(cl->err)];
+
 		cl->failed++;
+		snprintf(msg, sizeof(msg), "channel %u: %s: %s", s->id + 1,
+			 zcrpc_status_str(r->status),
+			 r->message ? r->message : "");
 		if (!cl->err[0])
-			snprintf(cl->err, sizeof(cl->err), "channel %u: %s: %s",
-				 s->id + 1, zcrpc_status_str(r->status),
-				 r->message ? r->message : "");
+			snprintf(cl->err, sizeof(cl->err), "%s", msg);
+		if (!s->err && !cl->running) /* the connect phase keeps it */
+			s->err = strdup(msg);
 		return;
 	}
 	pattern(cl->expect, cl->c->size, s->id, s->seq);
@@ -361,11 +367,15 @@ static int start(struct sch *s)
 	st = zcrpc_call_start(s->ch, cl->method, cl->c->size, fill, s, NULL,
 			      on_done, s, NULL);
 	if (st != ZCRPC_OK) {
+		char msg[128];
+
 		cl->failed++;
+		snprintf(msg, sizeof(msg), "channel %u: call_start: %s",
+			 s->id + 1, zcrpc_status_str(st));
 		if (!cl->err[0])
-			snprintf(cl->err, sizeof(cl->err),
-				 "channel %u: call_start: %s", s->id + 1,
-				 zcrpc_status_str(st));
+			snprintf(cl->err, sizeof(cl->err), "%s", msg);
+		if (!s->err && !cl->running)
+			s->err = strdup(msg);
 		return 1;
 	}
 	s->busy = 1;
@@ -381,45 +391,48 @@ static void drain(struct client *cl, double max_us)
 		zcrpc_worker_progress(cl->w, cl->c->poll_ms);
 }
 
-/* Opens the channels in batches; stops at the first batch with a failure
- * (its failed channels are destroyed, so they do not retry). Returns the
- * index + 1 of the first channel that failed, 0 when all connected. */
+/* Opens the channels in batches; stops after the first batch with a
+ * failure (its failed channels are destroyed, so they do not retry).
+ * Returns the index + 1 of the first channel (in index order) that failed,
+ * 0 when all connected; cl->err then says why that channel failed. */
 static int connect_all(struct client *cl, const zcrpc_channel_opts *co)
 {
-	int i, j, failed_at = 0;
+	int i, j, end, failed_at = 0;
+	char port[16];
 
-	for (i = 0; i < cl->n && !failed_at; i += cl->c->batch) {
-		int end = i + cl->c->batch < cl->n ? i + cl->c->batch : cl->n;
-
+	snprintf(port, sizeof(port), "%d", cl->c->port);
+	for (i = 0; i < cl->n && !failed_at; i = end) {
+		end = i + cl->c->batch < cl->n ? i + cl->c->batch : cl->n;
 		for (j = i; j < end; j++) {
 			struct sch *s = &cl->chs[j];
-			char port[16];
 
-			snprintf(port, sizeof(port), "%d", cl->c->port);
 			if (zcrpc_channel_create(cl->w, cl->c->addr, port, co,
 						 &s->ch) != ZCRPC_OK) {
-				snprintf(cl->err, sizeof(cl->err),
-					 "channel %u: channel_create failed",
-					 s->id + 1);
-				end = j;
+				s->err = strdup("channel_create failed");
+				end = j + 1;
 				break;
 			}
 			start(s);
 		}
 		drain(cl, 120e6);
-		for (j = i; j < end; j++)
-			if (!cl->chs[j].ok && !failed_at)
+		for (j = i; j < end && !failed_at; j++)
+			if (!cl->chs[j].ok)
 				failed_at = (int)cl->chs[j].id + 1;
-		if (end < (i + cl->c->batch < cl->n ? i + cl->c->batch
-						    : cl->n) &&
-		    !failed_at)
-			failed_at = (int)cl->chs[end].id + 1;
 	}
-	for (j = 0; j < cl->n; j++)
+	if (failed_at) {
+		const char *e = cl->chs[failed_at - 1 - cl->chs[0].id].err;
+
+		snprintf(cl->err, sizeof(cl->err), "%s",
+			 e ? e : "its call did not complete");
+	}
+	for (j = 0; j < cl->n; j++) {
 		if (cl->chs[j].ch && !cl->chs[j].ok) {
 			zcrpc_channel_destroy(cl->chs[j].ch);
 			cl->chs[j].ch = NULL;
 		}
+		free(cl->chs[j].err);
+		cl->chs[j].err = NULL;
+	}
 	return failed_at;
 }
 
