@@ -759,6 +759,8 @@ static int run_n(struct cfg *c, int n, int port)
 	rc = !r->ok;
 out:
 	for (i = 0; i < np; i++) {
+		if (cl[i].pid <= 0) /* never started */
+			continue;
 		reap(&cl[i], 60000, why, sizeof(why));
 		k += (size_t)snprintf(r->exits + k, sizeof(r->exits) - k,
 				      "client%d %s, ", i, why);
