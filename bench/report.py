@@ -375,6 +375,10 @@ def scale_row(j):
         return {"label": j["label"], "n": j["n"], "skipped": j["skipped"]}
     s0, s1 = j.get("server_before") or {}, j.get("server_connected") or {}
     st0, st1 = s0.get("stats") or {}, s1.get("stats") or {}
+    st2 = (j.get("server_after") or {}).get("stats") or {}
+    srv_pps = None
+    if "passes" in st1 and "passes" in st2 and st2["t_us"] > st1["t_us"]:
+        srv_pps = round((st2["passes"] - st1["passes"]) / ((st2["t_us"] - st1["t_us"]) / 1e6))
     m0, m1 = s0.get("mem") or {}, s1.get("mem") or {}
     k = j["connected"] or None
     pin = st1.get("pool_pinned")
@@ -384,6 +388,7 @@ def scale_row(j):
         "max_calls": j["max_calls"], "handler_us": j["handler_us"], "ok": j["ok"],
         "connected": j["connected"], "failed_at": j["failed_at"], "error": j["error"],
         "connect_ms_per_conn": j["connect_ms_per_conn"], "calls_per_s": j["calls_per_s"],
+        "client_passes_per_s": j.get("client_passes_per_s"), "server_passes_per_s": srv_pps,
         "bad_replies": j["bad_replies"], "failed_calls": j["failed_calls"],
         "server_pool_mib": mib(pin, 1 << 20),
         "server_pool_slots": st1.get("pool_capacity"),
@@ -537,11 +542,12 @@ if scale:
     md.append("")
     md.append("| config | N | connected | setup ms/conn | server pool MiB (slots) | pool MiB per "
               "1,000 conns | server RSS MiB before → connected | server RSS KiB/conn | server VmPin "
-              "MiB | client RSS KiB/conn | calls/s | bad / failed | RNR before → after |")
-    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+              "MiB | client RSS KiB/conn | calls/s | progress passes/s client / server | bad / failed | "
+              "RNR before → after |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in scale:
         if "skipped" in r:
-            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | | |")
+            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | | | |")
             continue
         rb, ra = r["rnr_before"] or {}, r["rnr_after"] or {}
         cfg = r["label"] + (f" (window {r['window']}, max_calls {r['max_calls']}" if r["window"]
@@ -554,7 +560,8 @@ if scale:
                   f"{fmt(r['server_rss_mib_before'])} → {fmt(r['server_rss_mib_connected'])} | "
                   f"{fmt(r['server_rss_kib_per_conn'], 0)} | {fmt(r['server_pin_mib_connected'])} | "
                   f"{fmt(r['client_rss_kib_per_conn'], 0)} | "
-                  f"{fmt(r['calls_per_s'], 0)} | {r['bad_replies']} / {r['failed_calls']} | "
+                  f"{fmt(r['calls_per_s'], 0)} | {fmt(r['client_passes_per_s'], 0)} / "
+                  f"{fmt(r['server_passes_per_s'], 0)} | {r['bad_replies']} / {r['failed_calls']} | "
                   f"{rb.get('rcvd_rnr_err')}/{rb.get('send_rnr_err')} → "
                   f"{ra.get('rcvd_rnr_err')}/{ra.get('send_rnr_err')} |")
     md.append("")

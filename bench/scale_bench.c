@@ -224,6 +224,8 @@ static void h_echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 				NULL);
 }
 
+static unsigned long g_passes; /* the server's progress passes */
+
 static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 {
 	zcrpc_worker_stats ws;
@@ -238,7 +240,7 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 		 "\"pool_pinned\":%llu,\"rnr_events\":%llu,\"credit_stalls\":%"
 		 "llu,"
 		 "\"calls\":%llu,\"replies\":%llu,\"rejected_busy\":%llu,"
-		 "\"handshake_timeouts\":%llu}\n",
+		 "\"handshake_timeouts\":%llu,\"passes\":%lu,\"t_us\":%.0f}\n",
 		 ws.conns, ws.pool_in_use, ws.pool_capacity,
 		 (unsigned long long)ws.pool_exhausted,
 		 (unsigned long long)ss.pool_pinned,
@@ -246,7 +248,8 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 		 (unsigned long long)ws.credit_stalls,
 		 (unsigned long long)ss.calls, (unsigned long long)ss.replies,
 		 (unsigned long long)ws.rejected_busy,
-		 (unsigned long long)ws.handshake_timeouts);
+		 (unsigned long long)ws.handshake_timeouts, g_passes,
+		 bench_now_us());
 	put(fd, line);
 }
 
@@ -259,7 +262,6 @@ static int server_proc(struct cfg *c, int port, int req, int resp)
 	zcrpc_server *srv = NULL;
 	zcrpc_status st;
 	char line[LINE], portstr[16], cmd;
-	unsigned pass = 0;
 
 	zcrpc_worker_opts_init(&wo);
 	if (c->pool_slots)
@@ -280,7 +282,8 @@ static int server_proc(struct cfg *c, int port, int req, int resp)
 	put(resp, "ready\n");
 	for (;;) {
 		zcrpc_worker_progress(w, c->poll_ms);
-		if (((++pass & 127) && !c->poll_ms) || !poll_byte(req, &cmd))
+		if (((++g_passes & 127) && !c->poll_ms) ||
+		    !poll_byte(req, &cmd))
 			continue;
 		if (cmd == 's')
 			server_stats(w, srv, resp);
@@ -464,8 +467,8 @@ static void run_calls(struct client *cl, int resp)
 	d1 = cl->done;
 	cl->running = 0;
 	drain(cl, 30e6);
-	snprintf(line, sizeof(line), "ran %ld %.6f %ld %ld %d\n", d1 - d0,
-		 (t1 - t0) / 1e6, cl->failed, cl->bad, cl->pending);
+	snprintf(line, sizeof(line), "ran %ld %.6f %ld %ld %d %u\n", d1 - d0,
+		 (t1 - t0) / 1e6, cl->failed, cl->bad, cl->pending, pass);
 	put(resp, line);
 }
 
@@ -607,7 +610,8 @@ static void srv_snapshot(struct proc *s, char *out, size_t cap)
 
 struct row {
 	int n, connected, failed_at, ok;
-	double setup_s, run_s;
+	double setup_s, run_s,
+		passes_per_s; /* passes: each client's, averaged */
 	long calls, failed, bad, client_rss_kib;
 	char err[LINE], srv0[LINE], srv1[LINE], srv2[LINE], rnr0[128],
 		rnr1[128];
@@ -659,10 +663,11 @@ static int collect_ran(struct proc *cl, int np, struct row *r, int timeout_ms)
 		long calls, failed, bad;
 		double secs;
 		int pending;
+		unsigned passes;
 
 		if (get_line(cl[i].resp, line, sizeof(line), timeout_ms) < 0 ||
-		    sscanf(line, "ran %ld %lf %ld %ld %d", &calls, &secs,
-			   &failed, &bad, &pending) != 5) {
+		    sscanf(line, "ran %ld %lf %ld %ld %d %u", &calls, &secs,
+			   &failed, &bad, &pending, &passes) != 6) {
 			snprintf(r->err, sizeof(r->err),
 				 "client %d: no result of the run", i);
 			return -1;
@@ -671,6 +676,8 @@ static int collect_ran(struct proc *cl, int np, struct row *r, int timeout_ms)
 		r->failed += failed;
 		r->bad += bad + pending;
 		r->run_s = secs > r->run_s ? secs : r->run_s;
+		if (secs > 0)
+			r->passes_per_s += passes / secs / np;
 	}
 	return 0;
 }
@@ -687,7 +694,7 @@ static void print_row(const struct cfg *c, const struct row *r)
 	       "\"size\":%zu,\"ok\":%s,\"connected\":%d,\"failed_at\":%d,"
 	       "\"error\":\"%s\","
 	       "\"setup_s\":%.3f,\"connect_ms_per_conn\":%.2f,\"secs\":%.3f,"
-	       "\"calls\":%ld,"
+	       "\"client_passes_per_s\":%.1f,\"calls\":%ld,"
 	       "\"calls_per_s\":%.1f,\"failed_calls\":%ld,\"bad_replies\":%ld,"
 	       "\"client_rss_kib\":%ld,\"server_before\":%s,\"server_"
 	       "connected\":%s,"
@@ -697,10 +704,11 @@ static void print_row(const struct cfg *c, const struct row *r)
 	       c->handler_us, c->size, r->ok ? "true" : "false", r->connected,
 	       r->failed_at, err, r->setup_s,
 	       r->connected ? r->setup_s * 1e3 / r->connected : 0.0, r->run_s,
-	       r->calls, r->run_s > 0 ? (double)r->calls / r->run_s : 0.0,
-	       r->failed, r->bad, r->client_rss_kib,
-	       r->srv0[0] ? r->srv0 : "null", r->srv1[0] ? r->srv1 : "null",
-	       r->srv2[0] ? r->srv2 : "null", r->rnr0, r->rnr1, r->exits);
+	       r->passes_per_s, r->calls,
+	       r->run_s > 0 ? (double)r->calls / r->run_s : 0.0, r->failed,
+	       r->bad, r->client_rss_kib, r->srv0[0] ? r->srv0 : "null",
+	       r->srv1[0] ? r->srv1 : "null", r->srv2[0] ? r->srv2 : "null",
+	       r->rnr0, r->rnr1, r->exits);
 	fflush(stdout);
 }
 
