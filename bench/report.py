@@ -110,6 +110,8 @@ for r in runs:
             r["ok"] = True
     else:
         m2 = re.search(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", text, re.M)
+        if m2 and float(m2.group(4)) == 0 and float(m2.group(5)) == 0:
+            m2 = None  # perftest sometimes prints 0.00 for a run that completed: no figure
         if m2 and rate:
             # ib_send_bw -s 16 -t 64: the message rate (MsgRate[Mpps])
             add_round("perftest", tool + "_rate", size, "msgs_per_s",
@@ -343,12 +345,17 @@ def round_ratio(name, z, ref, ref_factor=1.0):
             "reference": ref["value"] * ref_factor, "rounds": len(per)}
 
 
+def _hs(s):  # 4096 -> "4 KiB" (hsize, further below, is the same)
+    return f"{s >> 20} MiB" if s >= 1 << 20 and s % (1 << 20) == 0 else \
+        f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B"
+
+
 round_rows = []
 for s in LAT_SIZES:
     ref = find("perftest", "ib_send_lat", s)
-    round_rows.append(round_ratio(f"RTT {s} B transport / 2×ib_send_lat",
+    round_rows.append(round_ratio(f"RTT {_hs(s)} transport / 2×ib_send_lat",
                                   find("zcrpc", "zcrpc_transport_lat", s), ref, 2.0))
-    round_rows.append(round_ratio(f"RTT {s} B RPC / 2×ib_send_lat",
+    round_rows.append(round_ratio(f"RTT {_hs(s)} RPC / 2×ib_send_lat",
                                   find("zcrpc", "zcrpc_rpc_lat", s), ref, 2.0))
 rate_ref = find("perftest", "ib_send_bw_rate", 16)
 round_rows.append(round_ratio("16 B message rate: transport (64 in flight) / ib_send_bw -t 64",
@@ -357,9 +364,9 @@ round_rows.append(round_ratio("16 B rate: RPC calls (1 conn, 64 in flight) / ib_
                               find("zcrpc", "zcrpc_rpc_tput", 16, conns=1), rate_ref))
 for s in bw_sizes:
     ref = find("perftest", "ib_write_bw", s)
-    round_rows.append(round_ratio(f"bandwidth {s} B conn_write / ib_write_bw",
+    round_rows.append(round_ratio(f"bandwidth {_hs(s)} conn_write / ib_write_bw",
                                   find("zcrpc", "zcrpc_transport_write_bw", s), ref))
-    round_rows.append(round_ratio(f"bandwidth {s} B RPC attachment / ib_write_bw",
+    round_rows.append(round_ratio(f"bandwidth {_hs(s)} RPC attachment / ib_write_bw",
                                   find("zcrpc", "zcrpc_rpc_attach_bw", s), ref))
 round_rows = [r for r in round_rows if r]
 

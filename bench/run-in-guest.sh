@@ -7,7 +7,8 @@
 # transport and RPC latency, the 16-byte message rate (ib_send_bw -s 16
 # -t 64 beside zcrpc_bench_transport -m rate and the RPC call rate with
 # 64 in flight), ib_write_bw and the zcrpc bandwidths (ib_write_lat,
-# ib_send_bw and the 4-connection call rate in round 1 only). Then
+# ib_send_bw and the 4-connection call rate -- not in --quick -- in round
+# 1 only). Then
 # rstream, ucx_perftest, the gRPC peer (TCP across the veth pair), a
 # callgrind run of the RPC client and, with --scale, the scale part
 # (zcrpc_bench_scale: N = 1 ... 1024 channels into one server process).
@@ -82,6 +83,7 @@ nscale=0
 # rates, nbw ib_write_bw, 2 zcrpc bandwidths; round 1 also 3 ib_write_lat,
 # nbw ib_send_bw, the 4-connection call rate
 nsteps=$(( rounds * (3 + 2 + 1 + 2 + nbw + 2) + 3 + nbw + 1 + 1 + 1 + ngrpc + 1 + nscale ))
+[ -z "$quick" ] || nsteps=$((nsteps - 1))
 [ -z "$only_scale" ] || nsteps=$nscale
 step=0
 port=19100
@@ -168,7 +170,7 @@ one_round() { # one_round R
   zrun "zcrpc-transport-rate-$r" 120 "$bin/zcrpc_bench_transport" -m rate -s 16 -d 64 -n "$rate_n" -w $((rate_n / 10))
   progress "round $r/$rounds: zcrpc RPC call rate (1 connection x 64 in flight, ${tput_secs}s)"
   zrun "zcrpc-rpc-tput-1$at" 120 "$bin/zcrpc_bench_rpc" -m tput -c 1 -d 64 -T "$tput_secs"
-  if [ "$r" -eq 1 ]; then
+  if [ "$r" -eq 1 ] && [ -z "$quick" ]; then  # --quick: its 10 s pay for the rates above
     progress "round $r/$rounds: zcrpc RPC call rate (4 connections x 64 in flight, ${tput_secs}s)"
     zrun "zcrpc-rpc-tput-4" 120 "$bin/zcrpc_bench_rpc" -m tput -c 4 -d 64 -T "$tput_secs"
   fi
