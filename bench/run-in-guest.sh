@@ -6,12 +6,11 @@
 # shows the guest's bimodal noise: per round ib_send_lat and the zcrpc
 # transport and RPC latency, the 16-byte message rate (ib_send_bw -s 16
 # -t 64 beside zcrpc_bench_transport -m rate and the RPC call rate with
-# 64 in flight), ib_write_bw and the zcrpc bandwidths (ib_write_lat,
-# ib_send_bw and the 4-connection call rate -- not in --quick -- in round
-# 1 only). Then
-# rstream, ucx_perftest, the gRPC peer (TCP across the veth pair), a
-# callgrind run of the RPC client and, with --scale, the scale part
-# (zcrpc_bench_scale: N = 1 ... 1024 channels into one server process).
+# 64 in flight), ib_write_bw and the zcrpc bandwidths (in round 1 only:
+# ib_write_lat, ib_send_bw and, not in --quick, the 4-connection call
+# rate). Then rstream, ucx_perftest, the gRPC peer (TCP across the veth
+# pair), a callgrind run of the RPC client and, with --scale, the scale
+# part (zcrpc_bench_scale: N = 1 ... 1024 channels into one server process).
 # Raw outputs go to OUTDIR/raw (one file per run, plus runs.tsv listing
 # each run's command and exit status); progress goes to stderr. Never
 # fails on a reference that does not run: its command and error are kept
