@@ -240,7 +240,9 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 		 "\"pool_pinned\":%llu,\"rnr_events\":%llu,\"credit_stalls\":%"
 		 "llu,"
 		 "\"calls\":%llu,\"replies\":%llu,\"rejected_busy\":%llu,"
-		 "\"handshake_timeouts\":%llu,\"passes\":%lu,\"t_us\":%.0f}\n",
+		 "\"handshake_timeouts\":%llu,\"recv_budget\":%u,"
+		 "\"recv_posted\":%u,\"recv_promised\":%u,"
+		 "\"rejected_budget\":%llu,\"passes\":%lu,\"t_us\":%.0f}\n",
 		 ws.conns, ws.pool_in_use, ws.pool_capacity,
 		 (unsigned long long)ws.pool_exhausted,
 		 (unsigned long long)ss.pool_pinned,
@@ -248,7 +250,9 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 		 (unsigned long long)ws.credit_stalls,
 		 (unsigned long long)ss.calls, (unsigned long long)ss.replies,
 		 (unsigned long long)ws.rejected_busy,
-		 (unsigned long long)ws.handshake_timeouts, g_passes,
+		 (unsigned long long)ws.handshake_timeouts, ws.recv_budget,
+		 ws.recv_posted, ws.recv_promised,
+		 (unsigned long long)ws.rejected_budget, g_passes,
 		 bench_now_us());
 	put(fd, line);
 }
