@@ -3,7 +3,8 @@
  * on stdout. Public API only (include/zcrpc/).
  *
  *   zcrpc_bench_scale [-a ADDR] [-p PORT] [-N 1,64,256,1024] [-W WINDOW]
- *                     [-C MAX_CALLS] [-S POOL_SLOTS] [-P PROCS] [-u USEC]
+ *                     [-C MAX_CALLS] [-S POOL_SLOTS] [-M PER_SOURCE]
+ *                     [-P PROCS] [-u USEC]
  *                     [-s SIZE] [-T SECONDS] [-b BATCH] [-t TIMEOUT]
  *                     [-c CONNECT_MS] [-i] [-D DEVICE] [-L LABEL] [-k]
  *
@@ -37,7 +38,10 @@
  * -c sets the channels' connect_timeout_ms (default the library's 10 s).
  * -W sets zcrpc_server_opts.window and zcrpc_channel_opts.window, -C the
  * channels' max_calls, -S the workers' pool_max_slots (0 = the library's
- * defaults, the point of the "defaults" rows). Once an N failed, the
+ * defaults, the point of the "defaults" rows), -M the server's
+ * max_conns_per_source (0 = unlimited; default the library's, 64: every
+ * client of this benchmark connects from the same address, so runs
+ * beyond 64 channels need -M 0). Once an N failed, the
  * larger N of the list are skipped (reported as skipped) unless -k.
  * -t bounds each phase of an N (default 900 s): then every process is
  * killed and the N reported as failed. Exit status 0 unless a process
@@ -62,6 +66,7 @@ struct cfg {
 	const char *addr, *dev, *label;
 	int port, procs, batch, keep_going, timeout_s, connect_ms, poll_ms;
 	uint32_t window, max_calls, pool_slots;
+	long per_source; /* -M: max_conns_per_source, -1 = the library's */
 	long handler_us;
 	size_t size;
 	double secs;
@@ -242,7 +247,8 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 		 "\"calls\":%llu,\"replies\":%llu,\"rejected_busy\":%llu,"
 		 "\"handshake_timeouts\":%llu,\"recv_budget\":%u,"
 		 "\"recv_posted\":%u,\"recv_promised\":%u,"
-		 "\"rejected_budget\":%llu,\"passes\":%lu,\"t_us\":%.0f}\n",
+		 "\"rejected_budget\":%llu,\"rejected_source_limit\":%llu,"
+		 "\"rejected_conn_limit\":%llu,\"passes\":%lu,\"t_us\":%.0f}\n",
 		 ws.conns, ws.pool_in_use, ws.pool_capacity,
 		 (unsigned long long)ws.pool_exhausted,
 		 (unsigned long long)ss.pool_pinned,
@@ -252,7 +258,9 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 		 (unsigned long long)ws.rejected_busy,
 		 (unsigned long long)ws.handshake_timeouts, ws.recv_budget,
 		 ws.recv_posted, ws.recv_promised,
-		 (unsigned long long)ws.rejected_budget, g_passes,
+		 (unsigned long long)ws.rejected_budget,
+		 (unsigned long long)ws.rejected_source_limit,
+		 (unsigned long long)ws.rejected_conn_limit, g_passes,
 		 bench_now_us());
 	put(fd, line);
 }
@@ -273,6 +281,8 @@ static int server_proc(struct cfg *c, int port, int req, int resp)
 	zcrpc_server_opts_init(&so);
 	if (c->window)
 		so.window = c->window;
+	if (c->per_source >= 0)
+		so.max_conns_per_source = (uint32_t)c->per_source;
 	snprintf(portstr, sizeof(portstr), "%d", port);
 	if ((st = zcrpc_worker_create(&wo, &w)) != ZCRPC_OK ||
 	    (st = zcrpc_server_create(w, &so, &srv)) != ZCRPC_OK ||
@@ -815,12 +825,13 @@ int main(int argc, char **argv)
 			.batch = 16,
 			.timeout_s = 900,
 			.size = 16,
-			.secs = 5};
+			.secs = 5,
+			.per_source = -1};
 	int ns[MAX_N], nn = 0, i, opt, skip = 0, rc = 0, r;
 	const char *list = "1,64,256,1024";
 
 	while ((opt = getopt(argc, argv,
-			     "a:p:N:W:C:S:P:u:s:T:b:t:c:iD:L:kh")) != -1) {
+			     "a:p:N:W:C:S:M:P:u:s:T:b:t:c:iD:L:kh")) != -1) {
 		switch (opt) {
 		case 'a':
 			c.addr = optarg;
@@ -836,6 +847,9 @@ int main(int argc, char **argv)
 			break;
 		case 'C':
 			c.max_calls = (uint32_t)atol(optarg);
+			break;
+		case 'M':
+			c.per_source = atol(optarg);
 			break;
 		case 'S':
 			c.pool_slots = (uint32_t)atol(optarg);
@@ -877,7 +891,8 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [-a ADDR] [-p PORT] [-N LIST] [-W "
 				"WINDOW] "
-				"[-C MAX_CALLS] [-S POOL_SLOTS] [-P PROCS] [-u "
+				"[-C MAX_CALLS] [-S POOL_SLOTS] [-M "
+				"PER_SOURCE] [-P PROCS] [-u "
 				"USEC] [-s SIZE] "
 				"[-T SECONDS] [-b BATCH] [-t TIMEOUT] [-c "
 				"CONNECT_MS] [-i] [-D DEVICE] "
