@@ -407,6 +407,8 @@ def scale_row(j):
         if k and m1.get("rss_kib", -1) >= 0 and m0.get("rss_kib", -1) >= 0 else None,
         "client_rss_kib_per_conn": round(j["client_rss_kib"] / k, 1) if k else None,
         "pool_exhausted": st1.get("pool_exhausted"),
+        "recv_posted": st1.get("recv_posted"), "recv_promised": st1.get("recv_promised"),
+        "recv_budget": st1.get("recv_budget"),
         "rnr_before": j.get("rnr_before"), "rnr_after": j.get("rnr_after"), "exits": j["exits"]}
 
 
@@ -550,11 +552,11 @@ if scale:
     md.append("| config | N | connected | setup ms/conn | server pool MiB (slots) | pool MiB per "
               "1,000 conns | server RSS MiB before → connected | server RSS KiB/conn | server VmPin "
               "MiB | client RSS KiB/conn | calls/s | progress passes/s client / server | bad / failed | "
-              "RNR before → after |")
-    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+              "RNR before → after | shared RQ posted / promised (budget) |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in scale:
         if "skipped" in r:
-            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | | | |")
+            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | | | | |")
             continue
         rb, ra = r["rnr_before"] or {}, r["rnr_after"] or {}
         cfg = r["label"] + (f" (window {r['window']}, max_calls {r['max_calls']}" if r["window"]
@@ -570,7 +572,9 @@ if scale:
                   f"{fmt(r['calls_per_s'], 0)} | {fmt(r['client_passes_per_s'], 0)} / "
                   f"{fmt(r['server_passes_per_s'], 0)} | {r['bad_replies']} / {r['failed_calls']} | "
                   f"{rb.get('rcvd_rnr_err')}/{rb.get('send_rnr_err')} → "
-                  f"{ra.get('rcvd_rnr_err')}/{ra.get('send_rnr_err')} |")
+                  f"{ra.get('rcvd_rnr_err')}/{ra.get('send_rnr_err')} | "
+                  + (f"{r['recv_posted']} / {r['recv_promised']} ({r['recv_budget']})"
+                     if r.get("recv_budget") is not None else "—") + " |")
     md.append("")
     fails = [r for r in scale if "skipped" not in r and not r["ok"]]
     if fails:
