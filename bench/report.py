@@ -53,14 +53,46 @@ def add(source, test, size, metric, value, unit, **extra):
     records.append(r)
 
 
+# ---- rounds -------------------------------------------------------------------
+# run-in-guest.sh runs perftest and zcrpc alternately in rounds; a run id
+# of round R > 1 ends in @R (zcrpc latency runs: -R). Each figure becomes
+# one record, that of the round with the median value (the lower one of
+# two), with every round's value in "rounds" ({round: value}).
+rounds_of = {}  # (source, test, size, conns) -> [entry]
+
+
+def round_of(run_id):
+    m = re.search(r"@(\d+)$", run_id)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"-lat-(\d+)$|-rate-(\d+)$", run_id)
+    return int(m.group(1) or m.group(2)) if m else 1
+
+
+def add_round(source, test, size, metric, value, unit, rnd, **extra):
+    rounds_of.setdefault((source, test, size, extra.get("conns")), []).append(
+        dict(extra, source=source, test=test, size=size, metric=metric, value=value,
+             unit=unit, round=rnd))
+
+
+def flush_rounds():
+    for key, lst in sorted(rounds_of.items(), key=lambda kv: str(kv[0])):
+        lst.sort(key=lambda e: e["value"])
+        e = dict(lst[(len(lst) - 1) // 2])
+        e["rounds"] = {str(x["round"]): x["value"] for x in sorted(lst, key=lambda x: x["round"])}
+        records.append(e)
+    rounds_of.clear()
+
+
 # ---- perftest -----------------------------------------------------------------
 NUM = r"([0-9.]+|inf|-?nan)"
 perftest_settings = {}
 for r in runs:
-    m = re.match(r"perftest-(ib_\w+)-(\d+)$", r["id"])
+    m = re.match(r"perftest-(rate-)?(ib_\w+)-(\d+)(?:@\d+)?$", r["id"])
     if not m:
         continue
-    tool, size = m.group(1), int(m.group(2))
+    rate, tool, size = bool(m.group(1)), m.group(2), int(m.group(3))
+    rnd = round_of(r["id"])
     text = read(r["file"])
     inl = re.search(r"Max inline data\s*:\s*(\d+)", text)
     if inl:
@@ -71,17 +103,27 @@ for r in runs:
         if m2 and m2.group(5) not in ("inf", "-nan", "nan"):
             v = [float(x) for x in m2.groups()[2:]]
             # send/write latency is RTT/2: t_typical = median of RTT/2
-            add("perftest", tool, size, "t_typical_us", v[2], "us", rtt_p50_us=2 * v[2],
-                t_min_us=v[0], t_avg_us=v[3], p99_us=v[5], p999_us=v[6],
-                rtt_p99_us=2 * v[5], rtt_p999_us=2 * v[6], iters=int(m2.group(2)))
+            add_round("perftest", tool, size, "t_typical_us", v[2], "us", rnd,
+                      rtt_p50_us=2 * v[2], t_min_us=v[0], t_avg_us=v[3], p99_us=v[5],
+                      p999_us=v[6], rtt_p99_us=2 * v[5], rtt_p999_us=2 * v[6],
+                      iters=int(m2.group(2)))
             r["ok"] = True
     else:
         m2 = re.search(r"^\s*(\d+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", text, re.M)
-        if m2:
-            add("perftest", tool, size, "bw_avg_mib_s", float(m2.group(4)), "MiB/s",
-                bw_peak_mib_s=float(m2.group(3)), msg_rate_mpps=float(m2.group(5)),
-                iters=int(m2.group(2)))
+        if m2 and float(m2.group(4)) == 0 and float(m2.group(5)) == 0:
+            m2 = None  # perftest sometimes prints 0.00 for a run that completed: no figure
+        if m2 and rate:
+            # ib_send_bw -s 16 -t 64: the message rate (MsgRate[Mpps])
+            add_round("perftest", tool + "_rate", size, "msgs_per_s",
+                      float(m2.group(5)) * 1e6, "msgs/s", rnd, iters=int(m2.group(2)),
+                      bw_avg_mib_s=float(m2.group(4)))
             r["ok"] = True
+        elif m2:
+            add_round("perftest", tool, size, "bw_avg_mib_s", float(m2.group(4)), "MiB/s", rnd,
+                      bw_peak_mib_s=float(m2.group(3)), msg_rate_mpps=float(m2.group(5)),
+                      iters=int(m2.group(2)))
+            r["ok"] = True
+flush_rounds()
 
 # ---- rstream ------------------------------------------------------------------
 for r in runs:
@@ -119,11 +161,12 @@ for r in runs:
 
 # ---- zcrpc and gRPC (one JSON object per line) ---------------------------------
 zc = {}
-zlat = {}
+scale_rows = []
 for r in runs:
     src = r["id"].split("-")[0]
     if src not in ("zcrpc", "grpc"):
         continue
+    rnd = round_of(r["id"])
     for line in read(os.path.join(raw, r["id"] + ".jsonl")).splitlines():
         try:
             j = json.loads(line)
@@ -131,28 +174,32 @@ for r in runs:
             continue
         b = j.get("bench", "")
         if b.endswith("_lat"):
-            zlat.setdefault((src, b, j["size"]), []).append(dict(j, run=r["id"]))
+            add_round(src, b, j["size"], "rtt_p50_us", j["rtt_p50_us"], "us", rnd,
+                      rtt_p99_us=j["rtt_p99_us"], rtt_p999_us=j["rtt_p999_us"],
+                      iters=j["iters"], run=r["id"])
         elif b.endswith("_bw"):
-            add(src, b, j["size"], "mib_s", j["mib_s"], "MiB/s", depth=j["depth"],
-                iters=j["iters"])
+            add_round(src, b, j["size"], "mib_s", j["mib_s"], "MiB/s", rnd, depth=j["depth"],
+                      iters=j["iters"])
         elif b.endswith("_tput"):
-            add(src, b, j["size"], "calls_per_s", j["calls_per_s"], "calls/s",
-                conns=j["conns"], depth=j["depth"],
-                **({"client": j["client"]} if "client" in j else {}))
+            add_round(src, b, j["size"], "calls_per_s", j["calls_per_s"], "calls/s", rnd,
+                      conns=j["conns"], depth=j["depth"],
+                      **({"client": j["client"]} if "client" in j else {}))
+        elif b.endswith("_rate"):
+            add_round(src, b, j["size"], "msgs_per_s", j["msgs_per_s"], "msgs/s", rnd,
+                      depth=j["depth"], iters=j["iters"])
+        elif b == "zcrpc_scale":
+            scale_rows.append(j)
         elif b.endswith("_stats"):
             zc[b + ":" + j.get("mode", "")] = j
             continue
         else:
             continue
         r["ok"] = True
-
-# Several runs per latency test: keep the one with the median p50, list all.
-for (src, b, size), lst in sorted(zlat.items()):
-    lst.sort(key=lambda j: j["rtt_p50_us"])
-    j = lst[(len(lst) - 1) // 2]
-    add(src, b, size, "rtt_p50_us", j["rtt_p50_us"], "us", rtt_p99_us=j["rtt_p99_us"],
-        rtt_p999_us=j["rtt_p999_us"], iters=j["iters"], run=j["run"],
-        runs_p50_us=[x["rtt_p50_us"] for x in lst])
+flush_rounds()
+# the latency records keep their runs' p50 list under the older name
+for rec in records:
+    if rec["source"] in ("zcrpc", "grpc") and rec["test"].endswith("_lat"):
+        rec["runs_p50_us"] = sorted(rec["rounds"].values())
 
 # ---- callgrind ----------------------------------------------------------------
 cpu = None
@@ -272,8 +319,104 @@ grpc_tput_rows = [{"conns": r["conns"], "depth": r["depth"], "size": r["size"],
                    "calls_per_s": r["value"], "client": r.get("client")}
                   for r in records if r["test"] == "grpc_tput"]
 
+
+
+def find(source, test, size, conns=None):
+    for r in records:
+        if r["source"] == source and r["test"] == test and int(r["size"]) == size and \
+                (conns is None or r.get("conns") == conns):
+            return r
+    return None
+
+
+# Ratios within each round (zcrpc / perftest of the same round), their
+# median and spread: the figures the issue's targets are read from.
+def round_ratio(name, z, ref, ref_factor=1.0):
+    if not z or not ref:
+        return None
+    zr, rr = z.get("rounds", {}), ref.get("rounds", {})
+    per = {k: round(zr[k] / (rr[k] * ref_factor), 3) for k in sorted(zr) if k in rr and rr[k]}
+    if not per:
+        return None
+    v = sorted(per.values())
+    med = v[(len(v) - 1) // 2] if len(v) % 2 else round((v[len(v) // 2 - 1] + v[len(v) // 2]) / 2, 3)
+    return {"measure": name, "ratios": per, "median": med, "min": v[0], "max": v[-1],
+            "spread": round(v[-1] - v[0], 3), "zcrpc": z["value"], "zcrpc_unit": z["unit"],
+            "reference": ref["value"] * ref_factor, "rounds": len(per)}
+
+
+def _hs(s):  # 4096 -> "4 KiB" (hsize, further below, is the same)
+    return f"{s >> 20} MiB" if s >= 1 << 20 and s % (1 << 20) == 0 else \
+        f"{s >> 10} KiB" if s >= 1024 and s % 1024 == 0 else f"{s} B"
+
+
+round_rows = []
+for s in LAT_SIZES:
+    ref = find("perftest", "ib_send_lat", s)
+    round_rows.append(round_ratio(f"RTT {_hs(s)} transport / 2×ib_send_lat",
+                                  find("zcrpc", "zcrpc_transport_lat", s), ref, 2.0))
+    round_rows.append(round_ratio(f"RTT {_hs(s)} RPC / 2×ib_send_lat",
+                                  find("zcrpc", "zcrpc_rpc_lat", s), ref, 2.0))
+rate_ref = find("perftest", "ib_send_bw_rate", 16)
+round_rows.append(round_ratio("16 B message rate: transport (64 in flight) / ib_send_bw -t 64",
+                              find("zcrpc", "zcrpc_transport_rate", 16), rate_ref))
+round_rows.append(round_ratio("16 B rate: RPC calls (1 conn, 64 in flight) / ib_send_bw -t 64",
+                              find("zcrpc", "zcrpc_rpc_tput", 16, conns=1), rate_ref))
+for s in bw_sizes:
+    ref = find("perftest", "ib_write_bw", s)
+    round_rows.append(round_ratio(f"bandwidth {_hs(s)} conn_write / ib_write_bw",
+                                  find("zcrpc", "zcrpc_transport_write_bw", s), ref))
+    round_rows.append(round_ratio(f"bandwidth {_hs(s)} RPC attachment / ib_write_bw",
+                                  find("zcrpc", "zcrpc_rpc_attach_bw", s), ref))
+round_rows = [r for r in round_rows if r]
+
+
+# The scale part: one row per (config, N); sizes in MiB, per-connection
+# figures over the connections that came up.
+def mib(kib_or_bytes, div):
+    return round(kib_or_bytes / div, 2) if kib_or_bytes is not None and kib_or_bytes >= 0 else None
+
+
+def scale_row(j):
+    if "skipped" in j:
+        return {"label": j["label"], "n": j["n"], "skipped": j["skipped"]}
+    s0, s1 = j.get("server_before") or {}, j.get("server_connected") or {}
+    st0, st1 = s0.get("stats") or {}, s1.get("stats") or {}
+    st2 = (j.get("server_after") or {}).get("stats") or {}
+    srv_pps = None
+    if "passes" in st1 and "passes" in st2 and st2["t_us"] > st1["t_us"]:
+        srv_pps = round((st2["passes"] - st1["passes"]) / ((st2["t_us"] - st1["t_us"]) / 1e6))
+    m0, m1 = s0.get("mem") or {}, s1.get("mem") or {}
+    k = j["connected"] or None
+    pin = st1.get("pool_pinned")
+    d_pin = pin - st0.get("pool_pinned", 0) if pin is not None else None
+    return {
+        "label": j["label"], "n": j["n"], "procs": j["procs"], "window": j["window"],
+        "max_calls": j["max_calls"], "handler_us": j["handler_us"], "ok": j["ok"],
+        "connected": j["connected"], "failed_at": j["failed_at"], "error": j["error"],
+        "connect_ms_per_conn": j["connect_ms_per_conn"], "calls_per_s": j["calls_per_s"],
+        "client_passes_per_s": j.get("client_passes_per_s"), "server_passes_per_s": srv_pps,
+        "bad_replies": j["bad_replies"], "failed_calls": j["failed_calls"],
+        "server_pool_mib": mib(pin, 1 << 20),
+        "server_pool_slots": st1.get("pool_capacity"),
+        "server_pool_mib_per_1000": mib(d_pin * 1000 / k, 1 << 20) if k and d_pin is not None else None,
+        "server_rss_mib_before": mib(m0.get("rss_kib"), 1024),
+        "server_rss_mib_connected": mib(m1.get("rss_kib"), 1024),
+        "server_pin_mib_connected": mib(m1.get("pin_kib"), 1024),
+        "server_rss_kib_per_conn": round((m1["rss_kib"] - m0["rss_kib"]) / k, 1)
+        if k and m1.get("rss_kib", -1) >= 0 and m0.get("rss_kib", -1) >= 0 else None,
+        "client_rss_kib_per_conn": round(j["client_rss_kib"] / k, 1) if k else None,
+        "pool_exhausted": st1.get("pool_exhausted"),
+        "recv_posted": st1.get("recv_posted"), "recv_promised": st1.get("recv_promised"),
+        "recv_budget": st1.get("recv_budget"),
+        "rnr_before": j.get("rnr_before"), "rnr_after": j.get("rnr_after"), "exits": j["exits"]}
+
+
+scale = [scale_row(j) for j in scale_rows]
+
 results = {"run": run, "records": records, "latency": lat_rows, "bandwidth": bw_rows,
            "throughput": tput_rows, "grpc_throughput": grpc_tput_rows,
+           "rounds": round_rows, "scale": scale,
            "grpc_status": grpc_status, "grpc_link": grpc_link, "cpu": cpu, "perftest_settings": perftest_settings,
            "zcrpc_stats": zc, "not_run": failures, "runs": runs}
 with open(os.path.join(out, "results.json"), "w") as f:
@@ -384,12 +527,75 @@ if perftest_settings:
               f"{zc.get('zcrpc_transport_stats:lat', {}).get('max_inline', '?')} B), "
               "max_msg 8192.")
     md.append("")
+if round_rows:
+    nr = max(r["rounds"] for r in round_rows)
+    md.append(f"Rounds: perftest and zcrpc alternately, {nr} round(s); ratio = zcrpc / perftest "
+              "within each round (latency: zcrpc p50 RTT / 2 × ib_send_lat t_typical; rates "
+              "and bandwidths: zcrpc / perftest, so above 1 is better), then the median of "
+              "the rounds and their spread (max − min).")
+    md.append("")
+    md.append("| measure | zcrpc (median round) | perftest (median round) | ratio per round | "
+              "median ratio | spread |")
+    md.append("|---|---:|---:|---:|---:|---:|")
+    for r in round_rows:
+        md.append(f"| {r['measure']} | {fmt(r['zcrpc'])} {r['zcrpc_unit']} | {fmt(r['reference'])} | "
+                  + ", ".join(f"{v:.2f}" for v in r["ratios"].values())
+                  + f" | {r['median']:.2f} | {r['spread']:.2f} |")
+    md.append("")
+if scale:
+    md.append("Scale: N channels (connections) into one server process (one worker), one "
+              "call of 16 B in flight per channel, every reply's payload verified; a fresh "
+              "server per N. Server pool = bytes the server's worker pool registered once "
+              "connected (send and receive slots; per 1,000 = its growth over the unconnected "
+              "server, scaled); RSS/VmPin from /proc; RNR = rxe0's rcvd_rnr_err/send_rnr_err.")
+    md.append("")
+    md.append("| config | N | connected | setup ms/conn | server pool MiB (slots) | pool MiB per "
+              "1,000 conns | server RSS MiB before → connected | server RSS KiB/conn | server VmPin "
+              "MiB | client RSS KiB/conn | calls/s | progress passes/s client / server | bad / failed | "
+              "RNR before → after | shared RQ posted / promised (budget) |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for r in scale:
+        if "skipped" in r:
+            md.append(f"| {r['label']} | {r['n']} | skipped: {r['skipped']} | | | | | | | | | | | | |")
+            continue
+        rb, ra = r["rnr_before"] or {}, r["rnr_after"] or {}
+        cfg = r["label"] + (f" (window {r['window']}, max_calls {r['max_calls']}" if r["window"]
+                            else " (library defaults") + (
+            f", handler {r['handler_us']} µs" if r["handler_us"] else "") + (
+            f", {r['procs']} client procs" if r["procs"] > 1 else "") + ")"
+        md.append(f"| {cfg} | {r['n']} | {r['connected']}{'' if r['ok'] else ' ✗'} | "
+                  f"{fmt(r['connect_ms_per_conn'])} | {fmt(r['server_pool_mib'])} "
+                  f"({fmt(r['server_pool_slots'])}) | {fmt(r['server_pool_mib_per_1000'])} | "
+                  f"{fmt(r['server_rss_mib_before'])} → {fmt(r['server_rss_mib_connected'])} | "
+                  f"{fmt(r['server_rss_kib_per_conn'], 0)} | {fmt(r['server_pin_mib_connected'])} | "
+                  f"{fmt(r['client_rss_kib_per_conn'], 0)} | "
+                  f"{fmt(r['calls_per_s'], 0)} | {fmt(r['client_passes_per_s'], 0)} / "
+                  f"{fmt(r['server_passes_per_s'], 0)} | {r['bad_replies']} / {r['failed_calls']} | "
+                  f"{rb.get('rcvd_rnr_err')}/{rb.get('send_rnr_err')} → "
+                  f"{ra.get('rcvd_rnr_err')}/{ra.get('send_rnr_err')} | "
+                  + (f"{r['recv_posted']} / {r['recv_promised']} ({r['recv_budget']})"
+                     if r.get("recv_budget") is not None else "—") + " |")
+    md.append("")
+    fails = [r for r in scale if "skipped" not in r and not r["ok"]]
+    if fails:
+        md.append("Scale failures: " + "; ".join(
+            f"{r['label']} N = {r['n']}: " + (f"channel {r['failed_at']} failed"
+                                              if r["failed_at"] else "did not complete")
+            + f" ({r['connected']} connected): {r['error'] or '(no error text)'}"
+            + (f" (server pool_exhausted {r['pool_exhausted']})" if r.get("pool_exhausted") else "")
+            for r in fails) + ".")
+        md.append("")
 md.append("Did not run / no numbers:")
 md.append("")
 for fl in failures:
     md.append(f"- `{fl['id']}` (exit {fl['exit']}): `{fl['command']}` — {fl['error']}")
 md.append("")
-md.append("Plots: ![latency](latency.png) ![bandwidth](bandwidth.png)")
+md.append("Plots: " + ("" if run.get("scale_only") else
+                       "![latency](latency.png) ![bandwidth](bandwidth.png) ") +
+          ("![scale](scale.png)" if scale else ""))
+if run.get("scale_only"):  # only the scale part ran: leave out the empty tables
+    keep = md.index(next(l for l in md if l.startswith("Scale:"))) if scale else len(md)
+    md = md[:2] + md[keep:]
 with open(os.path.join(out, "results.md"), "w") as f:
     f.write("\n".join(md) + "\n")
 
@@ -443,15 +649,52 @@ plot '{pd}/bw_write.dat' w lp t 'ib\\_write\\_bw', '{pd}/bw_send.dat' w lp t 'ib
      '{pd}/bw_transport.dat' w lp t 'zcrpc\\_conn\\_write', '{pd}/bw_rpc.dat' w lp t 'zcrpc RPC attachment', \\
      '{pd}/bw_grpc.dat' w lp t 'gRPC (TCP)'
 """
-with open(os.path.join(pd, "plots.gp"), "w") as f:
-    f.write(gp)
-p = subprocess.run(["gnuplot", os.path.join(pd, "plots.gp")], capture_output=True, text=True)
-if p.returncode != 0:
-    print("report: gnuplot failed:", p.stderr.strip()[-500:], file=sys.stderr)
+labels = sorted({r["label"] for r in scale if "skipped" not in r})
+for lb in labels:
+    rows = [r for r in scale if r["label"] == lb and "skipped" not in r]
+    series(f"{pd}/scale_pool_{lb}.dat", [(r["n"], r["server_pool_mib"]) for r in rows])
+    series(f"{pd}/scale_rate_{lb}.dat", [(r["n"], r["calls_per_s"] or None) for r in rows])
+gps = []
+if not run.get("scale_only"):
+    gps.append(("plots.gp", gp))
+if labels:
+    ns = []
+    for n in sorted({r["n"] for r in scale if "skipped" not in r}):
+        if not ns or n >= 1.5 * ns[-1]:  # tics that do not overlap
+            ns.append(n)
+    gps.append(("scale.gp", f"""
+set terminal pngcairo size 1000,460 enhanced font 'Sans,10'
+set output '{out}/scale.png'
+set grid
+set logscale x 2
+set offsets graph 0.05, graph 0.05, 0, 0
+set multiplot layout 1,2 title 'One server process, N channels (rxe, QEMU TCG)'
+set xtics ({", ".join(f'"{n}" {n}' for n in ns)})
+set xlabel 'channels (N)'
+set logscale y
+set yrange [*:*]
+set key top left
+set title 'memory registered by the server pool'
+set ylabel 'MiB (log scale)'
+plot {", ".join(f"'{pd}/scale_pool_{lb}.dat' w lp t '{lb}'" for lb in labels)}
+set title 'calls/s, one in flight per channel'
+set ylabel 'calls/s (log scale)'
+plot {", ".join(f"'{pd}/scale_rate_{lb}.dat' w lp t '{lb}'" for lb in labels)}
+unset multiplot
+"""))
+for name, text in gps:
+    with open(os.path.join(pd, name), "w") as f:
+        f.write(text)
+    p = subprocess.run(["gnuplot", os.path.join(pd, name)], capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"report: gnuplot {name} failed:", p.stderr.strip()[-500:], file=sys.stderr)
 
 print("\n".join(md))
 have_perftest = any(r["source"] == "perftest" for r in records)
 have_zcrpc = any(r["source"] == "zcrpc" for r in records)
+if run.get("scale_only"):
+    have_perftest = True
+    have_zcrpc = bool(scale)
 if not have_perftest or not have_zcrpc:
     print(f"report: PROBLEM: numbers from perftest: {have_perftest}, from zcrpc: {have_zcrpc}",
           file=sys.stderr)

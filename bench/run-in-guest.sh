@@ -1,15 +1,34 @@
 #!/usr/bin/env bash
 # Runs every benchmark in sequence inside the Soft-RoCE guest (started by
-# scripts/bench through scripts/rxe-vm): perftest, rstream, ucx_perftest,
-# the zcrpc programs, the gRPC peer (TCP across the veth pair) and a
-# callgrind run of the RPC client. Raw outputs go
-# to OUTDIR/raw (one file per run, plus runs.tsv listing each run's command
-# and exit status); progress goes to stderr. Never fails on a reference
-# that does not run: its command and error are kept for the report.
+# scripts/bench through scripts/rxe-vm). First ROUNDS rounds (3; --quick:
+# 1; ZCRPC_BENCH_ROUNDS overrides) that alternate perftest and zcrpc, so
+# that each ratio can be taken within a round and the rounds' spread
+# shows the guest's bimodal noise: per round ib_send_lat and the zcrpc
+# transport and RPC latency, the 16-byte message rate (ib_send_bw -s 16
+# -t 64 beside zcrpc_bench_transport -m rate and the RPC call rate with
+# 64 in flight), ib_write_bw and the zcrpc bandwidths (in round 1 only:
+# ib_write_lat, ib_send_bw and, not in --quick, the 4-connection call
+# rate). Then rstream, ucx_perftest, the gRPC peer (TCP across the veth
+# pair), a callgrind run of the RPC client and, with --scale, the scale
+# part (zcrpc_bench_scale: N = 1 ... 1024 channels into one server process).
+# Raw outputs go to OUTDIR/raw (one file per run, plus runs.tsv listing
+# each run's command and exit status); progress goes to stderr. Never
+# fails on a reference that does not run: its command and error are kept
+# for the report.
 #
-# Usage: bench/run-in-guest.sh BUILD_BENCH_DIR OUTDIR [--quick]
+# Usage: bench/run-in-guest.sh BUILD_BENCH_DIR OUTDIR [--quick] [--scale|--scale-only]
 set -uo pipefail
-bin=$1 out=$2 quick=${3:-}
+bin=$1 out=$2
+shift 2
+quick= scale= only_scale=
+for a in "$@"; do
+  case $a in
+    --quick) quick=--quick ;;
+    --scale) scale=1 ;;
+    --scale-only) scale=1 only_scale=1 ;;
+    *) echo "run-in-guest: unknown option $a" >&2; exit 2 ;;
+  esac
+done
 raw=$out/raw
 mkdir -p "$raw"
 : >"$raw/runs.tsv"
@@ -27,18 +46,45 @@ bw_sizes="4096 65536 262144 1048576 4194304 8388608"
 z_bw_sizes="4K,64K,256K,1M,4M,8M,16M,64M"
 if [ "$quick" = --quick ]; then
   lat_n=200 lat_w=20 bw_total=$((8 << 20)) tput_secs=1 cg_calls=50 rs_opts="-S 4096 -C 100"
-  bw_sizes="4096 65536 262144" z_bw_sizes="4K,64K,1M,16M" lat_reps=1
+  bw_sizes="4096 65536 262144" z_bw_sizes="4K,64K,1M,16M" rounds=${ZCRPC_BENCH_ROUNDS:-1}
+  rate_n=2000
   # gRPC: one tiny 16-byte latency run only (its calls take milliseconds
   # in the guest and its start seconds; the step must stay within 20 s)
   g_lat_sizes=16 g_lat_n=30 g_lat_w=5 g_tput_conns="" g_bw_sizes=""
+  # the scale part (only with --scale): window 64, N = 1 and 64, briefly
+  scale_runs=("window64 -W 64 -C 256 -M 0 -N 1,64 -T 1")
 else
   lat_n=3000 lat_w=300 bw_total=$((64 << 20)) tput_secs=5 cg_calls=1000 rs_opts=""
-  lat_reps=3 g_lat_sizes=16,256,4K g_lat_n=$lat_n g_lat_w=$lat_w g_tput_conns="1 4" g_bw_sizes=$z_bw_sizes
+  rounds=${ZCRPC_BENCH_ROUNDS:-3} rate_n=100000
+  g_lat_sizes=16,256,4K g_lat_n=$lat_n g_lat_w=$lat_w g_tput_conns="1 4" g_bw_sizes=$z_bw_sizes
+  # The scale part (--scale), one zcrpc_bench_scale run per line: LABEL
+  # ARGS. "defaults": the library's window (1040), call table and pool,
+  # channels opened one at a time (-b 1) so the limit shows at its own N
+  # (one client process: its own pool runs out; "defaults-2procs": two
+  # client processes, so the server's pool is the one short);
+  # "window64": window 64 and a 256-entry call table (public options, as
+  # in issue 13's measurement); "handler200us": the same with a handler
+  # spending 200 us of CPU per call, 64 channels; "window64-2procs": two
+  # client processes, up to the server's limit beyond 1,024. -M 0 lifts
+  # the per-source connection limit (all clients share one address).
+  scale_runs=("defaults -N 1,64 -b 1 -T 3"
+    "defaults-2procs -N 64 -b 1 -P 2 -T 3"
+    "window64 -W 64 -C 256 -M 0 -N 1,64,256,1024 -T 5"
+    "handler200us -W 64 -C 256 -M 0 -u 200 -N 64 -T 5"
+    "window64-2procs -W 64 -C 256 -M 0 -P 2 -N 1024,1100 -T 5")
 fi
+lat_reps=$rounds
 nbw=$(echo $bw_sizes | wc -w)
 ngrpc=1
 [ -z "$grpc_on" ] || ngrpc=$(( lat_reps + $(echo $g_tput_conns | wc -w) + $(echo $g_bw_sizes | wc -w | sed 's/[1-9][0-9]*/1/') ))
-nsteps=$(( 6 + 2 * nbw + 1 + 1 + 2 * lat_reps + 2 + 2 + ngrpc + 1 ))
+nscale=0
+[ -z "$scale" ] || nscale=${#scale_runs[@]}
+# per round: 3 ib_send_lat, 2 zcrpc latency, ib_send_bw 16 B, 2 zcrpc
+# rates, nbw ib_write_bw, 2 zcrpc bandwidths; round 1 also 3 ib_write_lat,
+# nbw ib_send_bw, the 4-connection call rate
+nsteps=$(( rounds * (3 + 2 + 1 + 2 + nbw + 2) + 3 + nbw + 1 + 1 + 1 + ngrpc + 1 + nscale ))
+[ -z "$quick" ] || nsteps=$((nsteps - 1))
+[ -z "$only_scale" ] || nsteps=$nscale
 step=0
 port=19100
 t_start=$(date +%s)
@@ -85,19 +131,84 @@ bulk_n() { # iterations moving about bw_total bytes, within 5..5000
   echo $n
 }
 
-# ---- perftest ----------------------------------------------------------------
-for t in ib_send_lat ib_write_lat; do
+zrun() { # zrun ID TIMEOUT PROGRAM ARGS...
+  local id=$1 to=$2; shift 2
+  port=$((port + 1))
+  timeout "$to" "$@" -a "$A0" -p $port >"$raw/$id.jsonl" 2>"$raw/$id.log"
+  local rc=$?
+  record "$id" $rc "$raw/$id.log" "$* -a $A0 -p $port"
+}
+
+# ---- rounds: perftest and zcrpc alternately ------------------------------------
+# Round 1's ids are those of a single run (perftest-ib_send_lat-16, ...);
+# later rounds add @ROUND (perftest-ib_send_lat-16@2, zcrpc-rpc-tput-1@2).
+# zcrpc latency ids were numbered by run before rounds existed and still
+# are (zcrpc-rpc-lat-2 is round 2). Under TCG a whole run sometimes lands
+# in a mode where every round trip waits for the guest's 4 ms scheduler
+# tick; the report takes, per figure, the median of the rounds and the
+# median of the per-round ratios, and keeps every round in results.json.
+one_round() { # one_round R
+  local r=$1 at= s t n
+  [ "$r" -eq 1 ] || at=@$r
   for s in $lat_sizes; do
-    progress "$t -R -s $s -n $lat_n"
-    pair "perftest-$t-$s" 120 $t -R -d "$D0" -F -s "$s" -n "$lat_n"
+    progress "round $r/$rounds: ib_send_lat -R -s $s -n $lat_n"
+    pair "perftest-ib_send_lat-$s$at" 120 ib_send_lat -R -d "$D0" -F -s "$s" -n "$lat_n"
   done
-done
-for t in ib_send_bw ib_write_bw; do
-  for s in $bw_sizes; do
-    n=$(bulk_n "$s")
-    progress "$t -R -s $s -n $n"
-    pair "perftest-$t-$s" 90 $t -R -d "$D0" -F -s "$s" -n "$n"
+  if [ "$r" -eq 1 ]; then
+    for s in $lat_sizes; do
+      progress "round $r/$rounds: ib_write_lat -R -s $s -n $lat_n"
+      pair "perftest-ib_write_lat-$s" 120 ib_write_lat -R -d "$D0" -F -s "$s" -n "$lat_n"
+    done
+  fi
+  progress "round $r/$rounds: zcrpc transport latency (16, 256, 4096 B; $lat_n round trips)"
+  zrun "zcrpc-transport-lat-$r" 300 "$bin/zcrpc_bench_transport" -m lat -n "$lat_n" -w "$lat_w"
+  progress "round $r/$rounds: zcrpc RPC latency (16, 256, 4096 B; $lat_n calls)"
+  zrun "zcrpc-rpc-lat-$r" 300 "$bin/zcrpc_bench_rpc" -m lat -n "$lat_n" -w "$lat_w"
+  progress "round $r/$rounds: ib_send_bw -R -s 16 -t 64 -n $rate_n (message rate)"
+  pair "perftest-rate-ib_send_bw-16$at" 120 ib_send_bw -R -d "$D0" -F -s 16 -t 64 -n "$rate_n"
+  progress "round $r/$rounds: zcrpc transport message rate (16 B, 64 in flight, $rate_n messages)"
+  zrun "zcrpc-transport-rate-$r" 120 "$bin/zcrpc_bench_transport" -m rate -s 16 -d 64 -n "$rate_n" -w $((rate_n / 10))
+  progress "round $r/$rounds: zcrpc RPC call rate (1 connection x 64 in flight, ${tput_secs}s)"
+  zrun "zcrpc-rpc-tput-1$at" 120 "$bin/zcrpc_bench_rpc" -m tput -c 1 -d 64 -T "$tput_secs"
+  if [ "$r" -eq 1 ] && [ -z "$quick" ]; then  # --quick: its 10 s pay for the rates above
+    progress "round $r/$rounds: zcrpc RPC call rate (4 connections x 64 in flight, ${tput_secs}s)"
+    zrun "zcrpc-rpc-tput-4" 120 "$bin/zcrpc_bench_rpc" -m tput -c 4 -d 64 -T "$tput_secs"
+  fi
+  for t in ib_write_bw ib_send_bw; do
+    [ "$t" = ib_write_bw ] || [ "$r" -eq 1 ] || continue
+    for s in $bw_sizes; do
+      n=$(bulk_n "$s")
+      progress "round $r/$rounds: $t -R -s $s -n $n"
+      pair "perftest-$t-$s$at" 90 $t -R -d "$D0" -F -s "$s" -n "$n"
+    done
   done
+  progress "round $r/$rounds: zcrpc transport write bandwidth ($z_bw_sizes)"
+  zrun "zcrpc-transport-bw$at" 900 "$bin/zcrpc_bench_transport" -m bw -s "$z_bw_sizes" -B "$bw_total"
+  progress "round $r/$rounds: zcrpc RPC attachment bandwidth ($z_bw_sizes)"
+  zrun "zcrpc-rpc-bw$at" 900 "$bin/zcrpc_bench_rpc" -m bw -s "$z_bw_sizes" -B "$bw_total"
+}
+
+# ---- the scale part (--scale) ----------------------------------------------------
+# One zcrpc_bench_scale process per line of scale_runs; it forks a fresh
+# server and the clients for each N and uses ports PORT .. PORT+len(N)-1.
+scale_part() {
+  local line label
+  for line in "${scale_runs[@]}"; do
+    label=${line%% *}
+    progress "scale $label: ${line#* }"
+    # shellcheck disable=SC2086
+    zrun "zcrpc-scale-$label" 3000 "$bin/zcrpc_bench_scale" -L "$label" -D "$D0" ${line#* }
+    port=$((port + 10))
+  done
+}
+
+if [ -n "$only_scale" ]; then
+  scale_part
+  echo "[bench done in $(( $(date +%s) - t_start ))s]" >&2
+  exit 0
+fi
+for r in $(seq "$rounds"); do
+  one_round "$r"
 done
 
 # ---- rsocket rstream ---------------------------------------------------------
@@ -144,33 +255,6 @@ else
   echo "ucx_perftest: command not found (package ucx-utils)" >"$raw/ucx-missing.txt"
   record ucx-tag_lat-16 127 "$raw/ucx-missing.txt" "ucx_perftest -t tag_lat"
 fi
-
-# ---- zcrpc -------------------------------------------------------------------
-zrun() { # zrun ID TIMEOUT PROGRAM ARGS...
-  local id=$1 to=$2; shift 2
-  port=$((port + 1))
-  timeout "$to" "$@" -a "$A0" -p $port >"$raw/$id.jsonl" 2>"$raw/$id.log"
-  local rc=$?
-  record "$id" $rc "$raw/$id.log" "$* -a $A0 -p $port"
-}
-# Latency runs are repeated (full mode: 3 processes each, alternating):
-# under TCG a whole run sometimes lands in a mode where every round trip
-# waits for the guest's 4 ms scheduler tick; the report takes, per size,
-# the run with the median p50 and keeps them all in results.json.
-for rep in $(seq $lat_reps); do
-  progress "zcrpc transport latency (16, 256, 4096 B; $lat_n round trips) run $rep/$lat_reps"
-  zrun "zcrpc-transport-lat-$rep" 300 "$bin/zcrpc_bench_transport" -m lat -n "$lat_n" -w "$lat_w"
-  progress "zcrpc RPC latency (16, 256, 4096 B; $lat_n calls) run $rep/$lat_reps"
-  zrun "zcrpc-rpc-lat-$rep" 300 "$bin/zcrpc_bench_rpc" -m lat -n "$lat_n" -w "$lat_w"
-done
-for c in 1 4; do
-  progress "zcrpc RPC throughput ($c connection(s) x 64 in flight, ${tput_secs}s)"
-  zrun "zcrpc-rpc-tput-$c" 120 "$bin/zcrpc_bench_rpc" -m tput -c $c -d 64 -T "$tput_secs"
-done
-progress "zcrpc transport write bandwidth ($z_bw_sizes)"
-zrun zcrpc-transport-bw 900 "$bin/zcrpc_bench_transport" -m bw -s "$z_bw_sizes" -B "$bw_total"
-progress "zcrpc RPC attachment bandwidth ($z_bw_sizes)"
-zrun zcrpc-rpc-bw 900 "$bin/zcrpc_bench_rpc" -m bw -s "$z_bw_sizes" -B "$bw_total"
 
 # ---- gRPC over TCP ---------------------------------------------------------------
 # One server process (gRPC's synchronous server) on A0, the clients in
@@ -235,6 +319,8 @@ timeout 600 valgrind --tool=callgrind --toggle-collect=bench_measured_calls \
 rc=$?
 kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
 record callgrind $rc "$raw/callgrind.log" "valgrind --tool=callgrind --toggle-collect=bench_measured_calls $bin/zcrpc_bench_rpc -r client -m cpu -s 16 -n $cg_calls -w 20 -a $A0 -p $port"
+
+[ -z "$scale" ] || scale_part
 
 echo "[bench done in $(( $(date +%s) - t_start ))s]" >&2
 exit 0

@@ -2,7 +2,7 @@
  * bandwidth over zcrpc_conn_*, one JSON object per result line on stdout.
  *
  *   zcrpc_bench_transport [-r both|server|client] [-a ADDR] [-p PORT]
- *                         [-m lat|bw] [-s SIZES] [-n ITERS] [-w WARMUP]
+ *                         [-m lat|bw|rate] [-s SIZES] [-n ITERS] [-w WARMUP]
  *                         [-B BYTES] [-d DEPTH] [-e]
  *
  * -r both (default) runs the server on a thread of this process; "server"
@@ -18,6 +18,14 @@
  *    (default: 128, fewer for big sizes), about -B bytes (default 256M)
  *    per size. MiB/s = bytes / time from the first post to the last
  *    completion.
+ * -m rate: one-way message rate, like ib_send_bw: -n messages (default
+ *    10000, after -w warm-up ones) of the first size (default 16) sent as
+ *    fast as credits allow (zcrpc_msg_alloc + zcrpc_conn_send_msg), both
+ *    workers' recv_depth -d (default 64: perftest's tx depth), so -d
+ *    messages are in flight; the server drops them (they carry a sink
+ *    mark). The clock stops when the echo of one last ordinary message
+ *    arrives (RC delivers in order: every message before it was
+ *    received). msgs/s = messages / time.
  * Sizes: comma list, K/M suffixes. Exit 0 when every run completed.
  */
 #include "bench_common.h"
@@ -30,11 +38,13 @@
 
 #define MAX_MSG 8192
 #define BW_REGION_DEFAULT (64u << 20)
+#define SINK_MARK	  0xfeedfacecafef00dull /* -m rate: the server drops these */
 
 static volatile sig_atomic_t g_stop;
 static const char *g_addr = "192.0.2.1", *g_port = "18600";
 static size_t g_region = BW_REGION_DEFAULT;
 static int g_echo_copy;
+static uint32_t g_rate_depth; /* -m rate: both workers' recv_depth */
 
 static void on_signal(int sig)
 {
@@ -46,8 +56,8 @@ static void worker_opts(zcrpc_worker_opts *o)
 {
 	zcrpc_worker_opts_init(o);
 	o->max_msg = MAX_MSG;
-	o->recv_depth = 128;
-	o->send_depth = 128;
+	o->recv_depth = g_rate_depth ? g_rate_depth : 128;
+	o->send_depth = g_rate_depth ? g_rate_depth : 128;
 }
 
 /* ---- server ------------------------------------------------------------- */
@@ -65,6 +75,8 @@ static void srv_recv(zcrpc_conn *conn, const void *data, size_t len, void *arg)
 	zcrpc_status st;
 
 	(void)arg;
+	if (len >= 8 && !memcmp(data, &(uint64_t){SINK_MARK}, 8))
+		return; /* -m rate: counted by the client, dropped here */
 	if (g_echo_copy) {
 		st = zcrpc_conn_send(conn, data, len);
 		goto done;
@@ -264,6 +276,66 @@ fail:
 	return 1;
 }
 
+/* Sends one message of @size starting with @seq, waiting for credit. */
+static int send_one(struct client *cl, size_t size, uint64_t seq)
+{
+	zcrpc_msg m;
+	zcrpc_status st;
+
+	while ((st = zcrpc_msg_alloc(cl->w, size, &m)) ==
+	       ZCRPC_RESOURCE_EXHAUSTED)
+		zcrpc_worker_progress(cl->w, 0);
+	if (st != ZCRPC_OK)
+		return 1;
+	memset(m.data, 0, size);
+	memcpy(m.data, &seq, 8);
+	while ((st = zcrpc_conn_send_msg(cl->c, &m, size)) ==
+		       ZCRPC_RESOURCE_EXHAUSTED &&
+	       !cl->closed)
+		zcrpc_worker_progress(cl->w, 0);
+	if (st != ZCRPC_OK) {
+		zcrpc_msg_free(cl->w, &m);
+		return 1;
+	}
+	return 0;
+}
+
+/* -m rate (see the top of the file). */
+static int run_rate(struct client *cl, size_t size, long iters, long warmup)
+{
+	long phase, i, n;
+	double t0 = 0, dt;
+
+	if (size < 8)
+		size = 8;
+	bench_progress("  transport rate %zu B: %ld messages, %u in flight\n",
+		       size, iters, g_rate_depth);
+	for (phase = 0; phase < 2; phase++) {
+		n = phase ? iters : warmup;
+		t0 = bench_now_us();
+		for (i = 0; i < n; i++)
+			if (send_one(cl, size, SINK_MARK))
+				goto fail;
+		cl->got = 0;
+		if (send_one(cl, size, (uint64_t)phase + 1))
+			goto fail;
+		while (!cl->got && !cl->closed)
+			zcrpc_worker_progress(cl->w, 0);
+		if (cl->closed || cl->got_seq != (uint64_t)phase + 1)
+			goto fail;
+	}
+	dt = (bench_now_us() - t0) / 1e6;
+	printf("{\"bench\":\"zcrpc_transport_rate\",\"size\":%zu,\"iters\":%ld,"
+	       "\"depth\":%u,"
+	       "\"secs\":%.4f,\"msgs_per_s\":%.1f}\n",
+	       size, iters, g_rate_depth, dt, (double)iters / dt);
+	fflush(stdout);
+	return 0;
+fail:
+	fprintf(stderr, "client: rate: send failed or the connection closed\n");
+	return 1;
+}
+
 static int run_bw(struct client *cl, const size_t *sizes, int nsizes, double total,
 		  long depth_opt)
 {
@@ -354,8 +426,11 @@ int main(int argc, char **argv)
 		case 'd': depth = atol(optarg); break;
 		case 'e': g_echo_copy = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-r both|server|client] [-a ADDR] [-p PORT] "
-				"[-m lat|bw] [-s SIZES] [-n ITERS] [-w WARMUP] [-B BYTES] [-d DEPTH] [-e]\n",
+			fprintf(stderr,
+				"usage: %s [-r both|server|client] [-a ADDR] "
+				"[-p PORT] "
+				"[-m lat|bw|rate] [-s SIZES] [-n ITERS] [-w "
+				"WARMUP] [-B BYTES] [-d DEPTH] [-e]\n",
 				argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
@@ -364,11 +439,15 @@ int main(int argc, char **argv)
 		sizes_arg = strcmp(mode, "bw") ? "16,256,4K" : "4K,64K,256K,1M,4M,8M,16M,64M";
 	nsizes = bench_parse_sizes(sizes_arg, sizes, BENCH_MAX_SIZES);
 	if (nsizes < 1 || iters < 1 || warmup < 0 ||
-	    (strcmp(mode, "lat") && strcmp(mode, "bw"))) {
+	    (strcmp(mode, "lat") && strcmp(mode, "bw") &&
+	     strcmp(mode, "rate"))) {
 		fprintf(stderr, "bad arguments\n");
 		return 2;
 	}
-	if (!strcmp(mode, "lat")) {
+	if (!strcmp(mode, "rate")) {
+		g_rate_depth = depth > 0 ? (uint32_t)depth : 64;
+	}
+	if (!strcmp(mode, "lat") || !strcmp(mode, "rate")) {
 		for (opt = 0; opt < nsizes; opt++)
 			if (sizes[opt] > MAX_MSG) {
 				fprintf(stderr, "lat sizes are at most %d\n", MAX_MSG);
@@ -409,6 +488,8 @@ int main(int argc, char **argv)
 
 	if (!strcmp(mode, "lat"))
 		rc = run_lat(&cl, sizes, nsizes, iters, warmup);
+	else if (!strcmp(mode, "rate"))
+		rc = run_rate(&cl, sizes[0], iters, warmup);
 	else
 		rc = run_bw(&cl, sizes, nsizes, total, depth);
 	if (rc == 0) {
