@@ -232,6 +232,8 @@ zcrpc_status zcrpc__srq_admit(zcrpc_conn *c, uint32_t n)
 				 "the worker's pool has no slot for the shared "
 				 "receive queue (%s)",
 				 why[0] ? why : "pool_max_slots");
+		if (!q->conns) /* nothing of it stays behind the refusal */
+			zcrpc__srq_close(c->w, c->dev);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	if (srq_free(q) < n) {
