@@ -45,14 +45,16 @@ static void check_same(const struct zcrpc_hello *a, const struct zcrpc_hello *b)
 	CHECK(a->status == b->status);
 	CHECK(a->max_write == b->max_write);
 	CHECK(memcmp(a->nonce, b->nonce, sizeof(a->nonce)) == 0);
+	CHECK(strcmp(a->reason, b->reason) == 0);
 }
 
 static void check_accepted(const uint8_t *data, size_t size,
 			   const struct zcrpc_hello *h)
 {
-	uint8_t enc[ZCRPC_HELLO_AUTH_LEN], tiny[ZCRPC_HELLO_LEN - 1];
+	uint8_t enc[ZCRPC_HELLO_LEN + ZCRPC_HELLO_REASON_MAX + 1],
+		tiny[ZCRPC_HELLO_LEN - 1];
 	struct zcrpc_hello g;
-	size_t hlen, want;
+	size_t hlen, want, rlen, i;
 	int nonce;
 
 	CHECK(size >= ZCRPC_HELLO_LEN);
@@ -72,7 +74,15 @@ static void check_accepted(const uint8_t *data, size_t size,
 	else
 		CHECK(h->max_write == 0);
 	nonce = h->kind == ZCRPC_HELLO_ACCEPT && (h->features & ZCRPC_FEAT_AUTH);
-	want = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN;
+	/* A REJECT's reason (decoded: cut at its NUL or the maximum, control
+	 * characters made '?') comes after the 32 bytes; nothing else has one. */
+	rlen = strlen(h->reason);
+	CHECK(rlen <= ZCRPC_HELLO_REASON_MAX);
+	if (h->kind != ZCRPC_HELLO_REJECT)
+		CHECK(rlen == 0);
+	for (i = 0; i < rlen; i++)
+		CHECK((uint8_t)h->reason[i] >= 0x20 && h->reason[i] != 0x7f);
+	want = nonce ? ZCRPC_HELLO_AUTH_LEN : ZCRPC_HELLO_LEN + rlen;
 	CHECK(hlen >= want);
 
 	/* Encode: the fields come back byte for byte; length and reserved
@@ -87,6 +97,8 @@ static void check_accepted(const uint8_t *data, size_t size,
 	if (nonce)
 		CHECK(memcmp(enc + ZCRPC_HELLO_LEN, data + ZCRPC_HELLO_LEN,
 			     ZCRPC_HELLO_NONCE_LEN) == 0);
+	if (rlen)
+		CHECK(memcmp(enc + ZCRPC_HELLO_LEN, h->reason, rlen) == 0);
 	memset(&g, 0xa5, sizeof(g));
 	CHECK(zcrpc__hello_decode(enc, want, &g, NULL, 0) == ZCRPC_OK);
 	check_same(h, &g);

@@ -158,6 +158,16 @@ def hello_seeds():
     s["ok-connect-close"] = hello(CONNECT, features=0xD, res=(1 << 20, 0))
     s["ok-accept-close"] = hello(ACCEPT, features=0xD, res=(8 << 20, 0))
     s["ok-reserved-set"] = hello(ACCEPT, res=(0xFFFFFFFF, 1))
+    # A REJECT with its reason after the 32 bytes (docs/protocol.md §1)
+    why = b"RESOURCE_EXHAUSTED: connection limit of 8 reached"
+    s["ok-reject-reason"] = hello(REJECT, length=32 + len(why), depth=0,
+                                  max_msg=0, status=8, extra=why)
+    s["ok-reject-reason-control-chars"] = hello(REJECT, length=40, depth=0,
+                                                max_msg=0, status=8,
+                                                extra=b"a\x1b[2Jb\n\x00z")
+    # SHARED (0x10): receives from a shared queue (protocol §3)
+    s["ok-connect-shared"] = hello(CONNECT, features=0x1D, depth=16,
+                                   res=(1 << 20, 0))
     s["bad-empty"] = b""
     s["bad-short-7"] = hello(CONNECT)[:7]
     s["bad-short-31"] = hello(CONNECT)[:31]
