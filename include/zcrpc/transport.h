@@ -777,7 +777,13 @@ typedef struct zcrpc_worker_stats {
 					 *   memory, the device's limits, its port
 					 *   down): RESOURCE_EXHAUSTED or the setup's
 					 *   status, with the reason */
-					/* New counters go here. */
+	/* The worker's completion queues (shared by its connections on a
+	 * device, docs/design.md "Shared completion queues"): */
+	uint64_t cqs;	      /**< CQs now, over all devices */
+	uint64_t cq_entries;  /**< their entries, summed */
+	uint64_t cqs_created; /**< CQs made since the worker was created */
+	uint64_t cqs_resized; /**< times a CQ grew for a connection joining */
+			      /* New counters go here. */
 } zcrpc_worker_stats;
 
 /** Copies the worker's counters into @out, at most @out_size bytes (pass

@@ -47,7 +47,8 @@ static void fail_target(zcrpc_worker *w, const struct async_target *t)
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "%s (device async event)",
 					 ibv_event_type_str(t->type));
 		w->need_reap = 1;
-		return;
+		if (!t->cq)
+			return; /* a CQ's error fails every connection on it */
 	}
 }
 

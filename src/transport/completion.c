@@ -1,8 +1,7 @@
-/* zcrpc — completion dispatch: a connection's CQ polled in bounded shares
- * per progress turn, each work completion handed to its role (the send
- * queue, the receive path, admission, RDMA-write immediates), then the
- * queues that waited for room pumped; arming the CQ for a sleeping worker
- * without losing a completion that raced it. */
+/* zcrpc — a connection's work completions, each handed to its role (the
+ * send queue, the receive path, admission, RDMA-write immediates). The
+ * shared CQs they come from, and what runs after a share of them, are
+ * cq.c's. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -59,7 +58,8 @@ void zcrpc__conn_recv_done(zcrpc_conn *c, int kept)
 	zcrpc__srq_recycle(c->w, c->dev, live ? c : NULL, c->cur_recv, kept);
 }
 
-static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
+/* One completion of @c's QP, from its CQ (cq.c dispatches by qp_num). */
+void zcrpc__conn_on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 {
 	if (!(wc->wr_id & ZCRPC_WR_RECV_BIT)) {
 		static const char *const kinds[] = {"?", "send", "RDMA write",
@@ -91,73 +91,11 @@ static void on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 	on_recv_wc(c, wc);
 }
 
-static void handle(zcrpc_conn *c, struct ibv_wc *wc, int n)
-{
-	int i;
-
-	for (i = 0; i < n && !c->torn_down; i++)
-		on_wc(c, &wc[i]);
-}
-
-/* Handles the connection's completions, at most ZCRPC_POLL_TURN_MAX (the
- * rest stay in the CQ for the next progress turn). Returns how many. */
+/* Polls @c's CQ: a share of every connection's completions on it (cq.c).
+ * Returns how many were handled. */
 int zcrpc__conn_poll(zcrpc_conn *c)
 {
-	struct ibv_wc wc[ZCRPC_POLL_BATCH];
-	int n, total = 0;
-
-	if (ZCRPC_CONN_FROZEN(c))
-		return 0; /* frozen: leave its flushes in the CQ */
-	if (c->nstash) { /* completions taken by zcrpc__conn_arm() */
-		n = c->nstash;
-		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
-		c->nstash = 0;
-		handle(c, wc, n);
-		total += n;
-	}
-	while (!c->torn_down && c->cq && total < ZCRPC_POLL_TURN_MAX) {
-		n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
-		if (n <= 0)
-			break;
-		handle(c, wc, n);
-		total += n;
-		if (n < ZCRPC_POLL_BATCH)
-			break;
-	}
-	if (total && !c->torn_down) {
-		c->last_active_ns = c->w->now_ns;
-		if (c->sq_posted != c->sq_tail)
-			zcrpc__sq_post_deferred(c);
-		if (c->wq)
-			zcrpc__conn_pump_writes(c);
-		if (c->mw.inv_head)
-			zcrpc__mw_pump(c);
-		zcrpc__credits_maybe_send(c);
-		if (c->want_writable && zcrpc_conn_can_send(c)) {
-			c->want_writable = 0;
-			if (c->h.on_writable && !c->dead)
-				c->h.on_writable(c, c->h.arg);
-		}
-	}
-	return total;
-}
-
-int zcrpc__conn_arm(zcrpc_conn *c)
-{
-	if (ZCRPC_CONN_FROZEN(c))
+	if (ZCRPC_CONN_FROZEN(c) || c->torn_down || !c->cqg)
 		return 0;
-	if (c->cq_armed)
-		return c->nstash > 0;
-	if (ibv_req_notify_cq(c->cq, 0))
-		return 0;
-	c->cq_armed = 1;
-	/* A completion may have arrived between the last poll and arming; it
-	 * raises no event. Keep it for the next poll: arm runs no callback. */
-	if (c->nstash < ZCRPC_POLL_BATCH) {
-		int n = ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH - c->nstash,
-				    c->stash + c->nstash);
-		if (n > 0)
-			c->nstash += n;
-	}
-	return c->nstash > 0;
+	return zcrpc__cq_poll(c->cqg);
 }

@@ -85,7 +85,7 @@ void zcrpc__conn_release_queues(zcrpc_conn *c)
 }
 
 /* The RC QP on the context's PD, its receives from the device's shared
- * receive queue, both completions on @c's CQ, with inline data if the
+ * receive queue, both completions on @c's shared CQ, with inline data if the
  * provider grants it. Returns 0, or -1 with errno set. */
 static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 {
@@ -114,14 +114,15 @@ static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 	return 0;
 }
 
-/* Creates the CQ (on the device's completion channel) and the QP on the
- * context's PD, and promises the first credits from the device's shared
- * receive queue (srq.c). Called before rdma_connect / rdma_accept. On
- * failure the caller fails the connection, which tears it down. */
+/* Puts the connection on a CQ of the worker's on its device (cq.c),
+ * creates the QP on the context's PD, and promises the first credits from
+ * the device's shared receive queue (srq.c). Called before rdma_connect /
+ * rdma_accept. On failure the caller fails the connection, which tears it down.
+ */
 zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 {
 	zcrpc_worker *w = c->w;
-	uint32_t cqe;
+	uint32_t test_cqe = 0;
 	zcrpc_status st;
 	uint8_t tmo = w->opts.ack_timeout;
 
@@ -146,16 +147,14 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	c->sq_size = c->sq_depth + c->mw.depth;
 	c->share_min = c->recv_depth < w->opts.recv_share ? c->recv_depth
 							  : w->opts.recv_share;
-	/* receives of this connection: at most its window */
-	cqe = c->recv_depth + c->sq_size;
 #ifdef ZCRPC_TESTING
-	cqe = zcrpc__testing_cq_entries(cqe); /* an undersized CQ (T19) */
+	test_cqe = zcrpc__testing_cq_entries(0); /* an undersized CQ (T19) */
 #endif
-	if ((int)cqe > c->dev->attr->max_cqe ||
-	    (int)c->sq_size > c->dev->attr->max_qp_wr) {
-		zcrpc__conn_fail(c, ZCRPC_INVALID_ARGUMENT,
-				 "queue depths exceed the device (max_cqe %d, max_qp_wr %d)",
-				 c->dev->attr->max_cqe, c->dev->attr->max_qp_wr);
+	if ((int)c->sq_size > c->dev->attr->max_qp_wr) {
+		zcrpc__conn_fail(
+			c, ZCRPC_INVALID_ARGUMENT,
+			"queue depths exceed the device (max_qp_wr %d)",
+			c->dev->attr->max_qp_wr);
 		return ZCRPC_INVALID_ARGUMENT;
 	}
 	st = zcrpc__conn_alloc_queues(c);
@@ -166,16 +165,16 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 			      c->recv_initial ? c->recv_initial : c->share_min);
 	if (st != ZCRPC_OK)
 		return st;
-	/* Error completions come even for unsignaled work requests: the CQ
-	 * holds both queues in full. */
-	c->cq = ibv_create_cq(id->verbs, (int)cqe, c, c->dev->comp_ch, 0);
-	if (!c->cq)
-		goto err_errno;
+	/* One CQ of the worker's on the device holds both queues in full
+	 * (error completions come even for unsignaled work requests). */
+	st = zcrpc__cq_attach(c, test_cqe);
+	if (st != ZCRPC_OK)
+		return st;
 	if (create_qp(c, id))
 		goto err_errno;
-	if (ibv_req_notify_cq(c->cq, 0))
-		goto err_errno;
-	c->cq_armed = 1;
+	st = zcrpc__cq_map(c);
+	if (st != ZCRPC_OK)
+		return st;
 	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
 			    &tmo, sizeof(tmo)))
 		goto err_errno;
@@ -586,19 +585,6 @@ void zcrpc_conn_destroy(zcrpc_conn *c)
  * ring is released right after, as before. */
 #define ZCRPC_FLUSH_WAIT_NS (100LL * 1000000LL)
 
-/* Completions of a connection being torn down: the stash first. */
-static int take_wcs(zcrpc_conn *c, struct ibv_wc *wc)
-{
-	int n = c->nstash;
-
-	if (n) {
-		memcpy(wc, c->stash, sizeof(wc[0]) * (size_t)n);
-		c->nstash = 0;
-		return n;
-	}
-	return ibv_poll_cq(c->cq, ZCRPC_POLL_BATCH, wc);
-}
-
 /* A receive of the shared queue consumed for @c, never to be delivered. */
 static void recycle_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 {
@@ -607,14 +593,16 @@ static void recycle_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 			   (uint32_t)(wc->wr_id & ~ZCRPC_WR_RECV_BIT), 0);
 }
 
-/* After the QP is gone, nothing adds to its CQ: what is still there (or
- * stashed) is taken, so no receive of the shared queue is lost with it. */
-static void drain_destroyed(zcrpc_conn *c)
+/* Before and after the QP is destroyed: what of it is in the shared CQ is
+ * taken (others' completions held for the next turn, cq.c), so no receive
+ * of the shared queue is lost with it and none of its completions is left
+ * for a later QP that gets the same number. */
+static void drain_own(zcrpc_conn *c)
 {
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
 	int i, n;
 
-	while ((n = take_wcs(c, wc)) > 0)
+	while ((n = zcrpc__cq_take(c, wc, ZCRPC_POLL_BATCH)) > 0)
 		for (i = 0; i < n; i++)
 			if (wc[i].wr_id & ZCRPC_WR_RECV_BIT)
 				recycle_wc(c, &wc[i]);
@@ -634,7 +622,7 @@ static void collect_flushes(zcrpc_conn *c)
 	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
 		return; /* nothing will flush: counted as unflushed below */
 	while (seen < posted && zcrpc__now_ns() < until) {
-		n = take_wcs(c, wc);
+		n = zcrpc__cq_take(c, wc, ZCRPC_POLL_BATCH);
 		if (n < 0)
 			break;
 		for (i = 0; i < n; i++) {
@@ -659,11 +647,17 @@ static void collect_flushes(zcrpc_conn *c)
 static void wait_close_sent(zcrpc_conn *c)
 {
 	int64_t until = zcrpc__now_ns() + ZCRPC_CLOSE_SEND_WAIT_NS;
+	struct ibv_wc wc[ZCRPC_POLL_BATCH];
+	int i, n;
 
 	while (c->sq_head <= c->close_seq && c->cq && !c->torn_down &&
-	       zcrpc__now_ns() < until)
-		if (!zcrpc__conn_poll(c))
+	       zcrpc__now_ns() < until) {
+		n = zcrpc__cq_take(c, wc, ZCRPC_POLL_BATCH);
+		for (i = 0; i < n; i++)
+			zcrpc__conn_on_wc(c, &wc[i]);
+		if (n <= 0)
 			sched_yield();
+	}
 }
 
 void zcrpc__conn_teardown(zcrpc_conn *c)
@@ -683,17 +677,13 @@ void zcrpc__conn_teardown(zcrpc_conn *c)
 	if (c->id && c->id->qp && c->cq && !c->dev_gone)
 		collect_flushes(c);
 	zcrpc__mw_dealloc(c); /* windows go before their QP */
+	if (c->cq && !c->dev_gone)
+		drain_own(c);
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
 	if (c->cq && !c->dev_gone)
-		drain_destroyed(c);
-	if (c->cq) {
-		ibv_ack_cq_events(c->cq, c->cq_unacked);
-		c->cq_unacked = 0;
-		ibv_destroy_cq(c->cq);
-		c->cq = NULL;
-	}
-	c->nstash = 0;
+		drain_own(c);
+	zcrpc__cq_detach(c);
 	zcrpc__conn_release_queues(c);
 	zcrpc__mw_free(c);
 	if (c->id) {
@@ -708,6 +698,7 @@ void zcrpc__conn_free(zcrpc_conn *c)
 
 	zcrpc__worker_account_gone(w, c);
 	zcrpc__limits_release(c); /* freed without a teardown */
+	zcrpc__cq_detach(c);	  /* a frozen one (its QP leaked) */
 	zcrpc__timer_stop(w, &c->deadline);
 	zcrpc__auth_free(c);
 	zcrpc__list_remove(&c->link);

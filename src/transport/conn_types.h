@@ -41,6 +41,8 @@ enum zcrpc__msg_type {
 /* wr_id: receives have the top bit set and their position below; send
  * queue work requests carry their sequence number in the send ring. */
 #define ZCRPC_WR_RECV_BIT (1ULL << 63)
+/* A held completion its connection's teardown took (cq.c). */
+#define ZCRPC_WR_TAKEN UINT64_MAX
 
 /* One RDMA write the application asked for, possibly several WRs. */
 struct zcrpc__write_op {
@@ -130,7 +132,8 @@ struct zcrpc_conn {
 	unsigned closing : 1;	   /* local close sent, waiting DISCONNECTED */
 	unsigned disconnected : 1; /* rdma_disconnect done (or not needed) */
 	unsigned torn_down : 1;	   /* verbs resources released */
-	unsigned cq_armed : 1;
+	unsigned qp_mapped : 1;	   /* in dev->qpmap (cq.c) */
+	unsigned touched : 1;	   /* in the CQ poll's list of this turn */
 	unsigned migrated : 1;	     /* id moved to the worker's CM channel */
 	unsigned in_recv : 1;	     /* inside on_recv */
 	unsigned kept : 1;	     /* on_recv kept the slot */
@@ -144,10 +147,10 @@ struct zcrpc_conn {
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;
 	struct zcrpc__device *dev;
-	struct ibv_cq *cq;
-	unsigned int cq_unacked;
-	struct ibv_wc stash[ZCRPC_POLL_BATCH]; /* polled while arming */
-	int nstash;
+	struct zcrpc__cq *cqg; /* the shared CQ it is on (cq.c) */
+	struct ibv_cq *cq;     /* cqg's, NULL when on none */
+	uint32_t qp_num;
+	uint32_t cq_share; /* receive entries reserved on cqg: its share */
 	uint32_t max_inline;
 
 	/* Receives come from the device's shared receive queue (srq.c): the

@@ -1,6 +1,7 @@
 /* zcrpc — the devices of the worker's context as this worker uses them:
  * one completion channel each (in the worker's epoll set), opened when a
- * connection first uses the device; its shared receive queue is srq.c's. */
+ * connection first uses the device; its CQs are cq.c's, its shared receive
+ * queue srq.c's. */
 #include "internal.h"
 
 #include <errno.h>
@@ -33,6 +34,7 @@ zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 		}
 		d->idx = idx;
 		d->verbs = verbs;
+		zcrpc__list_init(&d->cqs);
 		d->pd = w->ctx->dev[idx].pd;
 		d->attr = &w->ctx->dev[idx].attr;
 		d->prof = &w->ctx->dev[idx].prof;
@@ -46,33 +48,11 @@ err:
 	return ZCRPC_RESOURCE_EXHAUSTED;
 }
 
-/* The completion channel is readable: take each CQ event, note that its CQ
- * is no longer armed, and poll that CQ. Events are acknowledged in batches
- * (and the rest at teardown). */
-void zcrpc__device_drain(zcrpc_worker *w, struct zcrpc__device *dev)
-{
-	struct ibv_cq *cq;
-	void *ctx;
-
-	(void)w;
-	while (dev->comp_ch && ibv_get_cq_event(dev->comp_ch, &cq, &ctx) == 0) {
-		zcrpc_conn *c = ctx;
-
-		c->cq_unacked++;
-		c->cq_armed = 0;
-		if (c->cq_unacked >= 64) {
-			ibv_ack_cq_events(c->cq, c->cq_unacked);
-			c->cq_unacked = 0;
-		}
-		if (!c->torn_down)
-			zcrpc__conn_poll(c);
-	}
-}
-
 void zcrpc__device_close(zcrpc_worker *w, int idx)
 {
 	struct zcrpc__device *d = &w->dev[idx];
 
+	zcrpc__cq_close_all(d); /* held receives back to the queue first */
 	zcrpc__srq_close(w, d);
 	if (!d->comp_ch)
 		return;

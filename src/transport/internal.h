@@ -241,7 +241,20 @@ void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len);
 
 /* ---- completion.c: completion dispatch */
 int zcrpc__conn_poll(zcrpc_conn *c);
-int zcrpc__conn_arm(zcrpc_conn *c);
+void zcrpc__conn_on_wc(zcrpc_conn *c, const struct ibv_wc *wc);
+
+/* cq.c: the worker's CQs per device, shared by its connections */
+zcrpc_status zcrpc__cq_attach(zcrpc_conn *c, uint32_t test_cqe);
+zcrpc_status zcrpc__cq_map(zcrpc_conn *c);
+void zcrpc__cq_unmap(zcrpc_conn *c);
+void zcrpc__cq_detach(zcrpc_conn *c);
+uint32_t zcrpc__cq_share_room(zcrpc_conn *c, uint32_t want);
+void zcrpc__cq_share_sync(zcrpc_conn *c);
+void zcrpc__cq_close_all(struct zcrpc__device *d);
+int zcrpc__cq_take(zcrpc_conn *c, struct ibv_wc *wc, int max);
+int zcrpc__cq_poll(struct zcrpc__cq *g);
+int zcrpc__cq_poll_all(zcrpc_worker *w);
+int zcrpc__cq_arm_all(zcrpc_worker *w);
 
 /* ---- write.c: the RDMA-write path */
 /* The largest RDMA WRITE this side posts or accepts in one work request: its

@@ -261,9 +261,10 @@ uint32_t zcrpc__srq_raise(zcrpc_conn *c, uint32_t share)
 
 	if (share <= c->share)
 		return 0;
-	k = take(c, share - c->share);
+	k = take(c, zcrpc__cq_share_room(c, share - c->share));
 	c->share += k;
 	c->owed += k;
+	zcrpc__cq_share_sync(c);
 	return k;
 }
 
@@ -290,9 +291,13 @@ int zcrpc__srq_consume(zcrpc_conn *c)
 
 		if (more > c->recv_depth - c->share)
 			more = c->recv_depth - c->share;
-		c->share += more;
-		c->owed += take(c, more);
-		c->stats.share_raises++;
+		more = zcrpc__cq_share_room(c, more); /* its CQ holds them */
+		if (more) {
+			c->share += more;
+			c->owed += take(c, more);
+			c->stats.share_raises++;
+			zcrpc__cq_share_sync(c);
+		}
 	}
 	hungry_update(c);
 	return 0;
@@ -334,6 +339,7 @@ void zcrpc__srq_recycle(zcrpc_worker *w, struct zcrpc__device *d, zcrpc_conn *c,
 		if (c->share > c->share_min &&
 		    q->promised + srq_reserve(q) > q->cap) {
 			c->share--; /* pressure: shrink by one */
+			zcrpc__cq_share_sync(c);
 			hungry_update(c);
 		} else if (c->out + c->owed < c->share) {
 			q->promised++;
@@ -376,6 +382,7 @@ void zcrpc__srq_released(zcrpc_conn *c, uint32_t n)
 	/* It was idle: back to its guaranteed part (or what it holds). */
 	c->share = c->out + c->owed > c->share_min ? c->out + c->owed
 						    : c->share_min;
+	zcrpc__cq_share_sync(c);
 	hungry_update(c);
 	feed(c->dev);
 }

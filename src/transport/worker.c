@@ -260,6 +260,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	    zcrpc__worker_async_watch(w) != ZCRPC_OK)
 		goto err_pool;
 	zcrpc__context_add_worker(w->ctx, w);
+	w->comp_vector = atomic_fetch_add(&w->ctx->next_vector, 1);
 	*out = w;
 	return ZCRPC_OK;
 
@@ -398,6 +399,18 @@ void zcrpc_worker_get_stats(const zcrpc_worker *w, zcrpc_worker_stats *dst,
 		out->recv_posted += q->posted;
 		out->recv_promised += q->promised;
 	}
+	for (i = 0; i < ZCRPC_MAX_DEVICES; i++) {
+		if (!w->dev[i].ncq)
+			continue;
+		zcrpc__list_foreach(it, &w->dev[i].cqs) {
+			out->cqs++;
+			out->cq_entries +=
+				zcrpc__container_of(it, struct zcrpc__cq, link)
+					->cqe;
+		}
+	}
+	out->cqs_created = w->cqs_created;
+	out->cqs_resized = w->cqs_resized;
 	out->rejected_hello = w->rejected_hello;
 	out->rejected_conn_limit = w->rejected_conn_limit;
 	out->rejected_source_limit = w->rejected_source_limit;
@@ -530,15 +543,9 @@ static void reap(zcrpc_worker *w)
 
 static int poll_conns(zcrpc_worker *w)
 {
-	struct zcrpc__list *it;
-	zcrpc_conn *c;
-	int n = 0;
+	int n = zcrpc__cq_poll_all(
+		w); /* one share per CQ, not per connection */
 
-	zcrpc__foreach_conn(c, it, w) {
-		if (!c->cq || c->torn_down)
-			continue;
-		n += zcrpc__conn_poll(c);
-	}
 	if (w->reposts_pending)
 		zcrpc__srq_retry(w);
 	return n;
@@ -592,14 +599,11 @@ static int handle_ready(zcrpc_worker *w, struct epoll_event *evs, int nev)
 
 zcrpc_status zcrpc_worker_arm(zcrpc_worker *w)
 {
-	struct zcrpc__list *it;
-	zcrpc_conn *c;
-	int busy = 0;
+	int busy;
 
 	if (!w)
 		return ZCRPC_INVALID_ARGUMENT;
-	zcrpc__foreach_conn(c, it, w) if (c->cq && !c->torn_down) busy +=
-		zcrpc__conn_arm(c);
+	busy = zcrpc__cq_arm_all(w);
 	if (w->need_reap ||
 	    atomic_load_explicit(&w->has_posts, memory_order_relaxed))
 		busy++;

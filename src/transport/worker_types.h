@@ -44,6 +44,7 @@ struct zcrpc_context {
 	struct zcrpc__list mrs;	    /* zcrpc_mr.link: user registrations */
 	struct zcrpc__list workers; /* zcrpc_worker.ctx_link */
 	atomic_uint removed_gen;    /* bumped on each device removal */
+	atomic_uint next_vector;    /* workers' completion vectors, in turn */
 	struct rdma_event_channel *watch_ch; /* the watch ids' (non-blocking) */
 };
 
@@ -92,8 +93,39 @@ struct zcrpc__srq {
 	struct zcrpc__list hungry; /* connections below their share */
 };
 
-/* A context device as one worker uses it: its completion channel and its
- * shared receive queue. */
+/* cq.c: a CQ of a worker on one device, shared by its connections
+ * (docs/design.md "Shared completion queues"). */
+struct zcrpc__cq {
+	struct ibv_cq *cq;
+	zcrpc_worker *w;
+	struct zcrpc__device *dev;
+	struct zcrpc__list link; /* dev->cqs */
+	uint32_t cqe;		 /* entries, as the device made it */
+	uint32_t send_rsv;	 /* its connections' send queues, summed */
+	uint32_t recv_rsv;	 /* their receive windows, summed */
+	uint32_t conns;
+	unsigned armed : 1;
+	unsigned private_cq : 1; /* a test's undersized CQ: nobody joins */
+	unsigned polling : 1;	 /* zcrpc__cq_poll is running on it */
+	unsigned unacked;	 /* CQ events not yet acknowledged */
+	/* Completions polled but not yet dispatched (a teardown's or arm's
+	 * poll), in order: [held_head, held_n). */
+	struct ibv_wc *held;
+	uint32_t held_head, held_n, held_cap;
+};
+
+/* qp_num -> connection, for the completions of a worker's CQs on a device. */
+struct zcrpc__qpent {
+	uint32_t qpn;
+	zcrpc_conn *c; /* NULL: empty */
+};
+struct zcrpc__qpmap {
+	struct zcrpc__qpent *e;
+	uint32_t cap, n; /* cap a power of two, n <= cap / 2 */
+};
+
+/* A context device as one worker uses it: its completion channel, its
+ * CQs and its shared receive queue. */
 struct zcrpc__device {
 	int idx; /* in the context */
 	struct ibv_context *verbs;
@@ -103,6 +135,9 @@ struct zcrpc__device {
 	uint32_t max_msg_sz;
 	struct ibv_comp_channel *comp_ch;
 	struct zcrpc__src src;
+	struct zcrpc__list cqs; /* zcrpc__cq.link */
+	int ncq;
+	struct zcrpc__qpmap qpmap;
 	struct zcrpc__srq srq;
 };
 
@@ -163,6 +198,8 @@ struct zcrpc_worker {
 	int posts_ran; /* this progress call ran posted functions */
 	int need_reap;
 	uint32_t reposts_pending;    /* SRQ positions waiting for pool slots */
+	unsigned comp_vector;	     /* its CQs' (modulo the device's count) */
+	uint64_t cqs_created, cqs_resized;
 	zcrpc_conn_stats gone;	     /* totals of freed connections */
 	struct zcrpc__list ctx_link; /* ctx->workers (under ctx->lock) */
 	unsigned removed_seen;	     /* device indexes swept (removal.c) */

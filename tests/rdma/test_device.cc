@@ -388,7 +388,9 @@ TEST_F(Device, PortDownFailsConnectsFastAndTrafficRecoversWhenItComesBack)
 // rxe 6.1 raises no QP async events (QP_FATAL and friends), so they are
 // injected here through the library's internal hook, on a real connection.
 // The event reaches the worker that owns the QP even when another worker
-// of the context read it; only that connection fails, exactly once.
+// of the context read it; only that connection fails, exactly once. A CQ
+// error fails the connections on that CQ: the worker's CQ on a device is
+// shared, so the victim of the CQ error gets a CQ of its own (test hook).
 TEST_F(Device, InjectedQpFatalAndCqErrorFailOnlyTheirConnection)
 {
 	zcrpc_context *ctx = nullptr;
@@ -396,7 +398,17 @@ TEST_F(Device, InjectedQpFatalAndCqErrorFailOnlyTheirConnection)
 	{
 		Peer srv(0, ctx), cli(0, ctx);
 		ASSERT_TRUE(srv.Listen(env_.addr1));
-		ASSERT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 3));
+		ASSERT_TRUE(
+			ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
+		zcrpc__test_next_cq_entries(
+			4096); // a private CQ for the next one
+		ASSERT_TRUE(
+			ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
+		ASSERT_TRUE(
+			ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
+		ASSERT_EQ(cli.conns.size(), 3u);
+		std::swap(cli.conns[1],
+			  cli.conns[2]); // conns[1]: the private CQ's
 		zcrpc_conn *victim = cli.conns[0], *victim2 = cli.conns[1];
 
 		// Read by the server's worker: handed over to the client's.
