@@ -200,7 +200,7 @@ void zcrpc__limits_release(zcrpc_conn *c)
 		return;
 	c->counted_by = NULL;
 	c->src_counted = 0;
-	if (l->w != c->w) {
+	if (l->nworkers > 1 && l->w != c->w) {
 		/* A connection handed to another worker: the counts are the
 		 * listener's, on its own thread (listener.c). */
 		zcrpc__listener_remote_release(l, c->w, c->src_key,

@@ -60,7 +60,7 @@ void zcrpc__listener_release(zcrpc_conn *c)
 	if (!l)
 		return;
 	c->listener = NULL;
-	if (l->w != c->w) {
+	if (l->nworkers > 1 && l->w != c->w) {
 		zcrpc__listener_remote_release(l, c->w, c->src_key, 0, 1);
 		return;
 	}
