@@ -515,8 +515,8 @@ ZCRPC_API uint16_t zcrpc_server_get_port(const zcrpc_server *s);
  * @grace_ms while driving the worker's progress, then close the
  * connections in order (calls still running fail UNAVAILABLE at the
  * clients: "closed by the server"). Replies made from other threads
- * (zcrpc_server_call_reply_any_thread) are waited for too: the progress it drives
- * runs them. Returns OK when every call was replied to (no handle is
+ * (zcrpc_server_call_reply_any_thread) are waited for too: the progress it
+ * drives runs them. Returns OK when every call was replied to (no handle is
  * left), DEADLINE_EXCEEDED when the grace period cut calls short: those
  * calls are then cancelled (zcrpc_server_call_cancelled() says so, from
  * any thread) and still need their reply (it frees them) before

@@ -3,8 +3,9 @@
  * accepting, its timer (deferred frames, buffers registered off-thread,
  * bulk time limits, memory given back), the idle timeout of connections
  * that never made a call, statistics. Graceful shutdown is in
- * server_shutdown.c, zcrpc_server_serve() in server_runtime.c. Calls are in server_dispatch.c, replies in server_reply.c,
- * bulk parts in server_bulk.c, frames out in server_send.c. */
+ * server_shutdown.c, zcrpc_server_serve() in server_runtime.c. Calls are in
+ * server_dispatch.c, replies in server_reply.c, bulk parts in server_bulk.c,
+ * frames out in server_send.c. */
 #include "server_internal.h"
 
 #include <stddef.h>
@@ -546,13 +547,28 @@ void zcrpc__server_publish(zcrpc_server *s)
 static void add_stats(zcrpc_server_stats *t, const zcrpc_server_stats *a)
 {
 #define ADD(f) t->f += a->f
-	ADD(calls); ADD(replies); ADD(unimplemented); ADD(expired_not_run);
-	ADD(cancelled); ADD(protocol_errors); ADD(copied_bytes);
-	ADD(connections); ADD(running); ADD(queued); ADD(bulk_bad_writes);
-	ADD(conns_closed); ADD(conns_lost); ADD(invalid_status);
-	ADD(frames_deferred); ADD(bulk_refused); ADD(bulk_waits);
-	ADD(bulk_timeouts); ADD(bulk_pinned); ADD(bulk_in_use);
-	ADD(bulk_released); ADD(idle_closed);
+	ADD(calls);
+	ADD(replies);
+	ADD(unimplemented);
+	ADD(expired_not_run);
+	ADD(cancelled);
+	ADD(protocol_errors);
+	ADD(copied_bytes);
+	ADD(connections);
+	ADD(running);
+	ADD(queued);
+	ADD(bulk_bad_writes);
+	ADD(conns_closed);
+	ADD(conns_lost);
+	ADD(invalid_status);
+	ADD(frames_deferred);
+	ADD(bulk_refused);
+	ADD(bulk_waits);
+	ADD(bulk_timeouts);
+	ADD(bulk_pinned);
+	ADD(bulk_in_use);
+	ADD(bulk_released);
+	ADD(idle_closed);
 #undef ADD
 	/* The pool is per worker: each shard's is its own worker's. */
 	t->pool_pinned += a->pool_pinned;

@@ -144,8 +144,8 @@ struct zcrpc_server {
 	 * timer and counters, touched only by its worker's thread. Shards
 	 * share the root's method table (read-only once listening) and
 	 * options. */
-	zcrpc_server *root;	/* itself for the root */
-	zcrpc_server **shards;	/* root only: shards[0] == root */
+	zcrpc_server *root;    /* itself for the root */
+	zcrpc_server **shards; /* root only: shards[0] == root */
 	size_t nshards;
 	int listening;
 	/* Counters as the shard's thread last published them (at accepts,

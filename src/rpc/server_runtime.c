@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define ZCRPC_SERVE_MAX_SIGNALS 16
-#define ZCRPC_DEFAULT_GRACE_MS 5000
+#define ZCRPC_DEFAULT_GRACE_MS	5000
 
 /* One zcrpc_server_serve() call, on its stack. */
 struct zcrpc__serve {
@@ -52,7 +52,8 @@ zcrpc_status zcrpc__server_make_workers(zcrpc_server *s, zcrpc_worker **home)
 
 		if (len < sizeof(size_t))
 			return ZCRPC_INVALID_ARGUMENT;
-		memcpy(&wo, s->o.worker_opts, len < sizeof(wo) ? len : sizeof(wo));
+		memcpy(&wo, s->o.worker_opts,
+		       len < sizeof(wo) ? len : sizeof(wo));
 		wo.size = sizeof(wo);
 	}
 	s->o.worker_opts = NULL; /* not kept */

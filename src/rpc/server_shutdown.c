@@ -36,8 +36,9 @@ void zcrpc__server_goaway_all(zcrpc_server *s)
 	struct zcrpc__list *n;
 
 	s->shutting_down = 1;
-	zcrpc__list_foreach(n, &s->conns) zcrpc__sconn_send_simple(
-		zcrpc__sconn_of(n), ZCRPC_FRAME_GOAWAY, 0, ZCRPC_OK, NULL);
+	zcrpc__list_foreach(n, &s->conns)
+		zcrpc__sconn_send_simple(zcrpc__sconn_of(n), ZCRPC_FRAME_GOAWAY,
+					 0, ZCRPC_OK, NULL);
 }
 
 static void close_all(zcrpc_server *s)
@@ -169,7 +170,8 @@ zcrpc_status zcrpc__server_drain(zcrpc_server *s, int grace_ms)
 	zcrpc_listener_destroy(s->l);
 	s->l = NULL;
 	zcrpc__server_goaway_all(s);
-	end = zcrpc__now_ns() + (int64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000LL;
+	end = zcrpc__now_ns() +
+	      (int64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000LL;
 	return s->nshards > 1 ? shutdown_many(s, end) : shutdown_one(s, end);
 }
 

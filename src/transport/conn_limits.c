@@ -203,8 +203,8 @@ void zcrpc__limits_release(zcrpc_conn *c)
 	if (l->nworkers > 1 && l->w != c->w) {
 		/* A connection handed to another worker: the counts are the
 		 * listener's, on its own thread (listener.c). */
-		zcrpc__listener_remote_release(l, c->w, c->src_key,
-					       src_counted, 0);
+		zcrpc__listener_remote_release(l, c->w, c->src_key, src_counted,
+					       0);
 		return;
 	}
 	zcrpc__limits_uncount(l, c->src_key, src_counted, 0);

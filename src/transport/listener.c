@@ -125,8 +125,8 @@ void zcrpc__listener_remote_release(zcrpc_listener *l, zcrpc_worker *from,
 
 /* The REJECT of zcrpc__listener_reject, logged on worker @w (the one whose
  * thread runs this: the listener's, or the one a request was handed to). */
-static void reject_on(zcrpc_worker *w, zcrpc_listener *l,
-		      struct rdma_cm_id *id, zcrpc_status st, const char *why);
+static void reject_on(zcrpc_worker *w, zcrpc_listener *l, struct rdma_cm_id *id,
+		      zcrpc_status st, const char *why);
 
 void zcrpc__listener_reject(zcrpc_listener *l, struct rdma_cm_id *id,
 			    zcrpc_status st, const char *fmt, ...)
@@ -140,8 +140,8 @@ void zcrpc__listener_reject(zcrpc_listener *l, struct rdma_cm_id *id,
 	reject_on(l->w, l, id, st, reason);
 }
 
-static void reject_on(zcrpc_worker *w, zcrpc_listener *l,
-		      struct rdma_cm_id *id, zcrpc_status st, const char *why)
+static void reject_on(zcrpc_worker *w, zcrpc_listener *l, struct rdma_cm_id *id,
+		      zcrpc_status st, const char *why)
 {
 	struct zcrpc_hello h = {
 		.version = ZCRPC_PROTO_VERSION,
@@ -156,8 +156,7 @@ static void reject_on(zcrpc_worker *w, zcrpc_listener *l,
 	snprintf(h.reason, sizeof(h.reason), "%s", why);
 	zcrpc__limits_source(id, key, src, sizeof(src));
 	zcrpc__worker_seterr(
-		w,
-		"listener on port %u rejected a connection from %s: %s: %s",
+		w, "listener on port %u rejected a connection from %s: %s: %s",
 		(unsigned)l->port, src, zcrpc_status_str(st), h.reason);
 	n = zcrpc__hello_encode(&h, buf, sizeof(buf));
 	if (rdma_reject(id, buf, (uint8_t)n) && n > ZCRPC_HELLO_LEN) {
@@ -276,7 +275,8 @@ static void finish_accept(zcrpc_listener *l, zcrpc_conn *c,
 	if (l->opts.psk) {
 		st = zcrpc__auth_server_init(c, l);
 		if (st != ZCRPC_OK) {
-			setup_failed(w, l, c, id, st, "accept failed: key state");
+			setup_failed(w, l, c, id, st,
+				     "accept failed: key state");
 			return;
 		}
 	}
@@ -323,7 +323,8 @@ static void on_handoff(zcrpc_worker *w, void *arg)
 	struct handoff *m = arg;
 	zcrpc_listener *l = m->l;
 	int closed = atomic_load(&l->closed);
-	zcrpc_conn *c = closed ? NULL : zcrpc__conn_alloc(w, l->opts.conn_handlers);
+	zcrpc_conn *c =
+		closed ? NULL : zcrpc__conn_alloc(w, l->opts.conn_handlers);
 
 	if (!c) {
 		w->rejected_setup++;
@@ -372,7 +373,8 @@ static void hand_off(zcrpc_listener *l, struct rdma_cm_id *id,
 	if (!m || zcrpc__limits_count(l, key, wi) != ZCRPC_OK) {
 		free(m);
 		l->w->rejected_setup++;
-		reject_request(l, id, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
+		reject_request(l, id, ZCRPC_RESOURCE_EXHAUSTED,
+			       "out of memory");
 		return;
 	}
 	m->l = l;
@@ -516,7 +518,7 @@ zcrpc_status zcrpc_listen(zcrpc_worker *w, const char *host,
 	if (!l)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	l->w = w;
-	atomic_init(&l->refs, 1); /* the owner's */
+	atomic_init(&l->refs, 1);	  /* the owner's */
 	zcrpc_listen_opts_init(&l->opts); /* an older, smaller struct: defaults */
 	zcrpc_conn_handlers_init(&l->conn_handlers);
 	if (ZCRPC__ABI_IN(&l->opts, opts, ZCRPC__MIN_LISTEN_OPTS) != ZCRPC_OK ||
@@ -610,8 +612,10 @@ static void fail_handshakes(zcrpc_worker *w, void *arg)
 	struct zcrpc__list *it;
 	zcrpc_conn *c;
 
-	zcrpc__foreach_conn(c, it, w) if (c->listener == l)
-		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "listener closed");
+	zcrpc__foreach_conn(c, it, w)
+		if (c->listener == l)
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "listener closed");
 	listener_unref(l);
 }
 
