@@ -2,7 +2,12 @@
  *
  * Threading: channels and servers belong to one worker and follow its rule:
  * use them from the worker's thread only, except the functions marked
- * "any thread". Callbacks (call completions, handlers) run only inside
+ * "any thread". A server may also be given several workers
+ * (zcrpc_server_opts.workers, or threads = N for workers it makes): each
+ * connection then lives on one of them, and its handlers run on that
+ * worker's thread; the server's own functions say which thread they need
+ * (zcrpc_server_serve() can run all the threads). A client spreads its
+ * calls over workers with a channel (or several) per worker. Callbacks (call completions, handlers) run only inside
  * zcrpc_worker_progress() — never inside the call that submitted the work.
  * A synchronous call drives the worker's progress until its reply, so
  * other callbacks of that worker may run inside it; a synchronous call
