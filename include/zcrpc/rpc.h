@@ -422,8 +422,8 @@ typedef struct zcrpc_server_opts {
 	 * With zcrpc_server_create(NULL, ...): the server makes @threads
 	 * workers itself (sharing one device context, each with
 	 * @worker_opts, NULL = defaults), owns and destroys them, and
-	 * zcrpc_server_serve() runs one thread per worker. 0 = 1. Ignored
-	 * when a worker is given.
+	 * zcrpc_server_serve() runs one thread per worker (@workers is then
+	 * ignored). 0 = 1. Ignored when a worker is given.
 	 */
 	size_t threads;
 	const zcrpc_worker_opts *worker_opts;

@@ -358,7 +358,7 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 	s->nshards = 1;
 	if (s->nown > 1)
 		st = add_shards(s, s->own + 1, s->nown - 1);
-	else if (s->o.nworkers)
+	else if (s->o.nworkers && !s->nown) /* with w NULL: threads only */
 		st = add_shards(s, s->o.workers, s->o.nworkers);
 	/* Nothing of the caller's array is kept. */
 	s->o.workers = NULL;

@@ -643,14 +643,6 @@ zcrpc_status zcrpc__listener_spread(zcrpc_listener *l,
 	return ZCRPC_OK;
 }
 
-uint32_t zcrpc__listener_worker_conns(const zcrpc_listener *l,
-				      const zcrpc_worker *w)
-{
-	if (!l || !l->wconns)
-		return l ? l->conns : 0;
-	return l->wconns[zcrpc__listener_widx(l, w)];
-}
-
 void zcrpc_listener_destroy(zcrpc_listener *l)
 {
 	zcrpc_worker *w;

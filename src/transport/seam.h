@@ -136,9 +136,6 @@ void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
  * on @l's worker before it accepts. INVALID_ARGUMENT, RESOURCE_EXHAUSTED. */
 zcrpc_status zcrpc__listener_spread(zcrpc_listener *l,
 				    zcrpc_worker *const *workers, size_t n);
-/* Connections @l counts on worker @w (handshakes included); @l's thread. */
-uint32_t zcrpc__listener_worker_conns(const zcrpc_listener *l,
-				      const zcrpc_worker *w);
 /* The worker connection @c belongs to (its thread runs its callbacks). */
 zcrpc_worker *zcrpc__conn_worker(const zcrpc_conn *c);
 
