@@ -214,12 +214,14 @@ struct Client {
 // One synchronous-looking call from the test thread: posted to @loop,
 // waited for. The reply's status and bytes.
 zcrpc_status CallOn(Loop &loop, zcrpc_channel *ch, const char *method,
-		    const std::vector<uint8_t> &req, std::vector<uint8_t> *out)
+		    const std::vector<uint8_t> &req, std::vector<uint8_t> *out,
+		    std::string *msg = nullptr)
 {
 	struct Res {
 		std::atomic<bool> done{false};
 		zcrpc_status st = ZCRPC_UNKNOWN;
 		std::vector<uint8_t> data;
+		std::string msg;
 	};
 	auto res = std::make_shared<Res>();
 	loop.Run([&] {
@@ -235,6 +237,7 @@ zcrpc_status CallOn(Loop &loop, zcrpc_channel *ch, const char *method,
 					static_cast<std::shared_ptr<Res> *>(a);
 				auto *d = static_cast<const uint8_t *>(r->data);
 				(*k)->data.assign(d, d + r->len);
+				(*k)->msg = r->message ? r->message : "";
 				(*k)->st = r->status;
 				(*k)->done = true;
 				delete k;
@@ -253,6 +256,8 @@ zcrpc_status CallOn(Loop &loop, zcrpc_channel *ch, const char *method,
 		return ZCRPC_DEADLINE_EXCEEDED;
 	if (out)
 		*out = res->data;
+	if (msg)
+		*msg = res->msg;
 	return res->st;
 }
 
@@ -282,7 +287,7 @@ struct TwoWorkerServer {
 	std::atomic<int> shutdown_status{-1};
 	int grace_ms = 0;
 
-	bool Start(const std::string &addr)
+	bool Start(const std::string &addr, uint32_t per_source = 0)
 	{
 		if (zcrpc_context_create(&ctx) != ZCRPC_OK)
 			return false;
@@ -294,6 +299,8 @@ struct TwoWorkerServer {
 		o.window = 64;
 		o.workers = ws;
 		o.nworkers = 2;
+		if (per_source)
+			o.max_conns_per_source = per_source;
 		if (zcrpc_server_create(w0->w, &o, &s) != ZCRPC_OK ||
 		    zcrpc_server_register(s, kEcho, Echo, nullptr) !=
 			    ZCRPC_OK ||
@@ -451,6 +458,71 @@ TEST_F(Workers, ConnectionsLandOnBothAndOneWorkersClientsGoingLeaveTheOther)
 	cb.Stop();
 	for (auto &c : clients)
 		zcrpc_channel_destroy(c->ch);
+}
+
+// The connection limits stay the listener's: a per-source limit of 2 counts
+// the connections of both workers (the third is rejected with its reason),
+// and a connection on the other worker that goes gives its count back (a
+// release posted to the listener's worker): a new connection is accepted
+// again, and lands on the worker that now has fewer.
+TEST_F(Workers, PerSourceLimitCountsEveryWorkerAndAReleaseFromTheOtherComesBack)
+{
+	TwoWorkerServer srv;
+	ASSERT_TRUE(srv.Start(env_.addr0, 2));
+	uint16_t port = zcrpc_server_get_port(srv.s);
+	Loop cl(srv.ctx);
+	cl.Start();
+	Client a, b, c;
+	std::vector<uint8_t> got;
+	cl.Run([&] { a.Open(cl.w, env_.addr0, port); });
+	ASSERT_EQ(CallOn(cl, a.ch, kWhere, {1}, &got), ZCRPC_OK);
+	a.server_worker = got.at(0);
+	cl.Run([&] { b.Open(cl.w, env_.addr0, port); });
+	ASSERT_EQ(CallOn(cl, b.ch, kWhere, {1}, &got), ZCRPC_OK);
+	b.server_worker = got.at(0);
+	EXPECT_EQ(a.server_worker + b.server_worker, 1); // one on each
+	cl.Run([&] { c.Open(cl.w, env_.addr0, port); });
+	std::string msg;
+	EXPECT_EQ(CallOn(cl, c.ch, kEcho, {1}, nullptr, &msg),
+		  ZCRPC_UNAVAILABLE);
+	EXPECT_NE(msg.find("per-source connection limit of 2"),
+		  std::string::npos)
+		<< msg;
+	cl.Run([&] {
+		zcrpc_channel_destroy(c.ch);
+		c.ch = nullptr;
+	});
+	// The one on worker 1 goes.
+	Client &gone = a.server_worker == 1 ? a : b;
+	cl.Run([&] {
+		zcrpc_channel_destroy(gone.ch);
+		gone.ch = nullptr;
+	});
+	ASSERT_TRUE(
+		WaitFor([&] { return WorkerStats(srv.s, 1).connections == 0; },
+			Scaled(10000)));
+	// Its release reaches the listener's worker: a new channel gets in
+	// (tried until it does, within a bound), on worker 1.
+	zcrpc_status st = ZCRPC_UNKNOWN;
+	int where = -1;
+	auto end = steady_clock::now() + Scaled(10000);
+	while (st != ZCRPC_OK && steady_clock::now() < end) {
+		Client d;
+		cl.Run([&] { d.Open(cl.w, env_.addr0, port); });
+		st = CallOn(cl, d.ch, kWhere, {1}, &got, &msg);
+		if (st == ZCRPC_OK)
+			where = got.at(0);
+		cl.Run([&] { zcrpc_channel_destroy(d.ch); });
+		if (st != ZCRPC_OK)
+			std::this_thread::sleep_for(20ms);
+	}
+	EXPECT_EQ(st, ZCRPC_OK) << msg;
+	EXPECT_EQ(where, 1);
+	EXPECT_EQ(srv.Shutdown(static_cast<int>(Scaled(5000).count())),
+		  ZCRPC_OK);
+	cl.Stop();
+	zcrpc_channel_destroy(a.ch);
+	zcrpc_channel_destroy(b.ch);
 }
 
 // Calls in flight on both workers, one held by another thread on each, when
