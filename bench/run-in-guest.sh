@@ -67,10 +67,18 @@ else
   # spending 200 us of CPU per call, 64 channels; "window64-2procs": two
   # client processes, up to the server's limit beyond 1,024. -M 0 lifts
   # the per-source connection limit (all clients share one address).
+  # "workersW-*": the server on W workers (-w, one thread each), 64
+  # channels, the 200 us handler and the echo beside it, every process
+  # sleeping in progress when idle (-i) so the 2 vCPUs go to the handlers
+  # and rxe (issue 13: goal >= 1.6x calls/s with 2 workers).
   scale_runs=("defaults -N 1,64 -b 1 -T 3"
     "defaults-2procs -N 64 -b 1 -P 2 -T 3"
     "window64 -W 64 -C 256 -M 0 -N 1,64,256,1024 -T 5"
     "handler200us -W 64 -C 256 -M 0 -u 200 -N 64 -T 5"
+    "workers1-handler200us -W 64 -C 256 -M 0 -u 200 -N 64 -T 5 -i -w 1"
+    "workers2-handler200us -W 64 -C 256 -M 0 -u 200 -N 64 -T 5 -i -w 2"
+    "workers1-echo -W 64 -C 256 -M 0 -N 64 -T 5 -i -w 1"
+    "workers2-echo -W 64 -C 256 -M 0 -N 64 -T 5 -i -w 2"
     "window64-2procs -W 64 -C 256 -M 0 -P 2 -N 1024,1100 -T 5")
 fi
 lat_reps=$rounds

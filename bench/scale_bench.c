@@ -4,15 +4,17 @@
  *
  *   zcrpc_bench_scale [-a ADDR] [-p PORT] [-N 1,64,256,1024] [-W WINDOW]
  *                     [-C MAX_CALLS] [-S POOL_SLOTS] [-M PER_SOURCE]
- *                     [-P PROCS] [-u USEC]
+ *                     [-P PROCS] [-u USEC] [-w WORKERS]
  *                     [-s SIZE] [-T SECONDS] [-b BATCH] [-t TIMEOUT]
  *                     [-c CONNECT_MS] [-i] [-D DEVICE] [-L LABEL] [-k]
  *
  * For each N (-N, a comma list) the coordinator (this process, which never
  * touches RDMA itself) forks a fresh server process (one worker, busy
  * polling, an echo method; -u makes the handler spin USEC µs of CPU on
- * clock_gettime before it replies, the shape of a real service) on port
- * PORT + index of N, then -P client processes (default 1) that share the
+ * clock_gettime before it replies, the shape of a real service; -w puts
+ * the server on WORKERS workers sharing one context, one thread each, the
+ * connections spread over them by the library: issue 13's 1-versus-2
+ * workers measurement) on port PORT + index of N, then -P client processes (default 1) that share the
  * N channels. Each client opens its channels in batches of -b (default
  * 16): zcrpc_channel_create plus one verified call each (the channel
  * connects on its first call), so a batch's connects run concurrently.
@@ -52,6 +54,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -60,6 +64,7 @@
 #define ECHO	  "/zcrpc.bench.Scale/Echo"
 #define MAX_N	  32
 #define MAX_PROCS 16
+#define MAX_WORKERS 8
 #define LINE	  2048
 
 struct cfg {
@@ -68,6 +73,7 @@ struct cfg {
 	uint32_t window, max_calls, pool_slots;
 	long per_source; /* -M: max_conns_per_source, -1 = the library's */
 	long handler_us;
+	int workers; /* -w: the server's workers (threads), default 1 */
 	size_t size;
 	double secs;
 };
@@ -231,16 +237,37 @@ static void h_echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 
 static unsigned long g_passes; /* the server's progress passes */
 
+/* Starts a stats line in @line with the connections of each worker. */
+static const char *line_prefix(char *line, size_t len, const char *per)
+{
+	snprintf(line, len, "{\"server_conns_per_worker\":[%s],", per);
+	return line;
+}
+
 static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 {
 	zcrpc_worker_stats ws;
 	zcrpc_server_stats ss;
 	char line[LINE];
 
+	char per[256] = "";
+	size_t i, k = 0;
+
+	/* The transport's counters are the first worker's; the server's
+	 * are the sum of its workers (and each one's connections). */
 	zcrpc_worker_get_stats(w, &ws, sizeof(ws));
 	zcrpc_server_get_stats(srv, &ss, sizeof(ss));
-	snprintf(line, sizeof(line),
-		 "{\"conns\":%u,\"pool_in_use\":%u,\"pool_capacity\":%u,\"pool_"
+	for (i = 0; i < zcrpc_server_get_nworkers(srv) && k < sizeof(per) - 16;
+	     i++) {
+		zcrpc_server_stats one;
+
+		zcrpc_server_get_worker_stats(srv, i, &one, sizeof(one));
+		k += (size_t)snprintf(per + k, sizeof(per) - k, "%s%u",
+				      i ? "," : "", one.connections);
+	}
+	k = strlen(line_prefix(line, sizeof(line), per));
+	snprintf(line + k, sizeof(line) - k,
+		 "\"conns\":%u,\"pool_in_use\":%u,\"pool_capacity\":%u,\"pool_"
 		 "exhausted\":%llu,"
 		 "\"pool_pinned\":%llu,\"rnr_events\":%llu,\"credit_stalls\":%"
 		 "llu,"
@@ -265,15 +292,38 @@ static void server_stats(zcrpc_worker *w, zcrpc_server *srv, int fd)
 	put(fd, line);
 }
 
-/* Serves until 'q' (or EOF) on @req; 's' answers one stats line on @resp. */
+/* A server worker other than the first: progressed by its own thread. */
+struct srv_thread {
+	zcrpc_worker *w;
+	const struct cfg *c;
+	atomic_int *stop;
+	pthread_t t;
+};
+
+static void *srv_thread_main(void *arg)
+{
+	struct srv_thread *t = arg;
+
+	while (!atomic_load_explicit(t->stop, memory_order_relaxed))
+		zcrpc_worker_progress(t->w, t->c->poll_ms);
+	return NULL;
+}
+
+/* Serves until 'q' (or EOF) on @req; 's' answers one stats line on @resp.
+ * With -w, the first worker is progressed here and each other by a thread
+ * of its own. Long for its set-up and teardown in order. */
 static int server_proc(struct cfg *c, int port, int req, int resp)
 {
 	zcrpc_worker_opts wo;
 	zcrpc_server_opts so;
-	zcrpc_worker *w = NULL;
+	zcrpc_context *ctx = NULL;
+	zcrpc_worker *ws[MAX_WORKERS] = {0};
+	struct srv_thread th[MAX_WORKERS];
+	atomic_int stop = 0;
 	zcrpc_server *srv = NULL;
 	zcrpc_status st;
 	char line[LINE], portstr[16], cmd;
+	int i, nw = c->workers, nt = 0;
 
 	zcrpc_worker_opts_init(&wo);
 	if (c->pool_slots)
@@ -284,8 +334,14 @@ static int server_proc(struct cfg *c, int port, int req, int resp)
 	if (c->per_source >= 0)
 		so.max_conns_per_source = (uint32_t)c->per_source;
 	snprintf(portstr, sizeof(portstr), "%d", port);
-	if ((st = zcrpc_worker_create(&wo, &w)) != ZCRPC_OK ||
-	    (st = zcrpc_server_create(w, &so, &srv)) != ZCRPC_OK ||
+	st = zcrpc_context_create(&ctx);
+	wo.context = ctx;
+	for (i = 0; st == ZCRPC_OK && i < nw; i++)
+		st = zcrpc_worker_create(&wo, &ws[i]);
+	so.workers = ws;
+	so.nworkers = (size_t)nw;
+	if (st != ZCRPC_OK ||
+	    (st = zcrpc_server_create(ws[0], &so, &srv)) != ZCRPC_OK ||
 	    (st = zcrpc_server_register(srv, ECHO, h_echo, c)) != ZCRPC_OK ||
 	    (st = zcrpc_server_listen(srv, c->addr, portstr)) != ZCRPC_OK) {
 		snprintf(line, sizeof(line), "error server: %s %s\n",
@@ -293,20 +349,31 @@ static int server_proc(struct cfg *c, int port, int req, int resp)
 		put(resp, line);
 		goto out;
 	}
+	for (i = 1; i < nw; i++) {
+		th[nt] = (struct srv_thread){ws[i], c, &stop, 0};
+		if (pthread_create(&th[nt].t, NULL, srv_thread_main, &th[nt]))
+			break;
+		nt++;
+	}
 	put(resp, "ready\n");
 	for (;;) {
-		zcrpc_worker_progress(w, c->poll_ms);
+		zcrpc_worker_progress(ws[0], c->poll_ms);
 		if (((++g_passes & 127) && !c->poll_ms) ||
 		    !poll_byte(req, &cmd))
 			continue;
 		if (cmd == 's')
-			server_stats(w, srv, resp);
+			server_stats(ws[0], srv, resp);
 		else if (cmd == 'q')
 			break;
 	}
+	atomic_store(&stop, 1);
+	for (i = 0; i < nt; i++)
+		pthread_join(th[i].t, NULL);
 out:
 	zcrpc_server_destroy(srv);
-	zcrpc_worker_destroy(w);
+	for (i = 0; i < nw; i++)
+		zcrpc_worker_destroy(ws[i]);
+	zcrpc_context_destroy(ctx);
 	return st == ZCRPC_OK ? 0 : 1;
 }
 
@@ -702,7 +769,7 @@ static void print_row(const struct cfg *c, const struct row *r)
 
 	json_escape(err, sizeof(err), r->err);
 	printf("{\"bench\":\"zcrpc_scale\",\"label\":\"%s\",\"n\":%d,\"procs\":"
-	       "%d,"
+	       "%d,\"server_workers\":%d,"
 	       "\"window\":%u,\"max_calls\":%u,\"pool_max_slots\":%u,\"handler_"
 	       "us\":%ld,"
 	       "\"size\":%zu,\"ok\":%s,\"connected\":%d,\"failed_at\":%d,"
@@ -714,7 +781,7 @@ static void print_row(const struct cfg *c, const struct row *r)
 	       "connected\":%s,"
 	       "\"server_after\":%s,\"rnr_before\":%s,\"rnr_after\":%s,"
 	       "\"exits\":\"%s\"}\n",
-	       c->label, r->n, c->procs, c->window, c->max_calls, c->pool_slots,
+	       c->label, r->n, c->procs, c->workers, c->window, c->max_calls, c->pool_slots,
 	       c->handler_us, c->size, r->ok ? "true" : "false", r->connected,
 	       r->failed_at, err, r->setup_s,
 	       r->connected ? r->setup_s * 1e3 / r->connected : 0.0, r->run_s,
@@ -826,12 +893,13 @@ int main(int argc, char **argv)
 			.timeout_s = 900,
 			.size = 16,
 			.secs = 5,
-			.per_source = -1};
+			.per_source = -1,
+			.workers = 1};
 	int ns[MAX_N], nn = 0, i, opt, skip = 0, rc = 0, r;
 	const char *list = "1,64,256,1024";
 
 	while ((opt = getopt(argc, argv,
-			     "a:p:N:W:C:S:M:P:u:s:T:b:t:c:iD:L:kh")) != -1) {
+			     "a:p:N:W:C:S:M:P:u:w:s:T:b:t:c:iD:L:kh")) != -1) {
 		switch (opt) {
 		case 'a':
 			c.addr = optarg;
@@ -859,6 +927,9 @@ int main(int argc, char **argv)
 			break;
 		case 'u':
 			c.handler_us = atol(optarg);
+			break;
+		case 'w':
+			c.workers = atoi(optarg);
 			break;
 		case 's':
 			c.size = (size_t)atol(optarg);
@@ -893,7 +964,7 @@ int main(int argc, char **argv)
 				"WINDOW] "
 				"[-C MAX_CALLS] [-S POOL_SLOTS] [-M "
 				"PER_SOURCE] [-P PROCS] [-u "
-				"USEC] [-s SIZE] "
+				"USEC] [-w WORKERS] [-s SIZE] "
 				"[-T SECONDS] [-b BATCH] [-t TIMEOUT] [-c "
 				"CONNECT_MS] [-i] [-D DEVICE] "
 				"[-L LABEL] [-k]\n",
@@ -903,6 +974,7 @@ int main(int argc, char **argv)
 	}
 	nn = parse_list(list, ns, MAX_N);
 	if (nn < 1 || c.procs < 1 || c.procs > MAX_PROCS || c.batch < 1 ||
+	    c.workers < 1 || c.workers > MAX_WORKERS ||
 	    c.secs <= 0 || c.size < 1 || c.size > 4000 || c.timeout_s < 1 ||
 	    strchr(c.label, '"')) {
 		fprintf(stderr, "bad arguments\n");

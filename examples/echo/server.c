@@ -3,7 +3,10 @@
  *   zcrpc_echo_server [-a ADDR] [-p PORT]
  *
  * Ping returns the request unchanged, Reverse returns the payload reversed.
- * Prints "listening on ADDR:PORT" once ready; SIGTERM stops it.
+ * The handlers keep no state, so the server runs on two workers of its own
+ * (zcrpc_server_opts.threads, served by zcrpc_server_serve). Prints
+ * "listening on ADDR:PORT" once ready; SIGINT or SIGTERM shuts it down
+ * (1 s grace).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
@@ -12,14 +15,6 @@
 #include <unistd.h>
 
 #include "echo.zcrpc.h"
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 /* Handlers named for ZCRPC__ECHO__ECHO__INIT(echo_). */
 static void echo_ping(Zcrpc__Echo__Echo_Service *svc,
@@ -60,8 +55,10 @@ static void echo_reverse(Zcrpc__Echo__Echo_Service *svc,
 int main(int argc, char **argv)
 {
 	static Zcrpc__Echo__Echo_Service impl = ZCRPC__ECHO__ECHO__INIT(echo_);
+	static const int sigs[] = {SIGINT, SIGTERM};
 	const char *addr = NULL, *port = "7473";
-	zcrpc_worker *w = NULL;
+	zcrpc_server_opts so;
+	zcrpc_serve_opts ro;
 	zcrpc_server *s = NULL;
 	zcrpc_status st;
 	int opt, rc = 1;
@@ -75,24 +72,24 @@ int main(int argc, char **argv)
 			return opt == 'h' ? 0 : 2;
 		}
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
-	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK ||
+	zcrpc_server_opts_init(&so);
+	so.threads = 2; /* workers the server makes and owns */
+	if ((st = zcrpc_server_create(NULL, &so, &s)) != ZCRPC_OK ||
 	    (st = zcrpc__echo__echo__zcrpc_register(s, &impl)) != ZCRPC_OK ||
 	    (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
 		fprintf(stderr, "echo server: %s%s%s\n", zcrpc_status_str(st),
-			w ? "" : ": ", w ? "" : zcrpc_last_error());
+			s ? "" : ": ", s ? "" : zcrpc_last_error());
 		goto out;
 	}
 	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_get_port(s));
 	fflush(stdout);
-	while (!stop)
-		zcrpc_worker_progress(w, 100);
-	zcrpc_server_shutdown(s, 1000);
+	zcrpc_serve_opts_init(&ro);
+	ro.signals = sigs;
+	ro.nsignals = 2;
+	ro.grace_ms = 1000;
+	zcrpc_server_serve(s, &ro); /* until SIGINT or SIGTERM, drained */
 	rc = 0;
 out:
 	zcrpc_server_destroy(s);
-	zcrpc_worker_destroy(w);
 	return rc;
 }

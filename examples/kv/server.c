@@ -10,8 +10,11 @@
  * value being sent stays alive (reference count) until the reply left,
  * even if a Put or Delete replaced it meanwhile.
  *
- * Prints "listening on ADDR:PORT" once ready; SIGTERM or SIGINT shuts down
- * gracefully (1 s grace) and prints the server's counters.
+ * The store is not locked, so the server runs on one worker
+ * (zcrpc_server_opts.threads = 1, the default) that it makes and owns;
+ * zcrpc_server_serve() runs it on the main thread. Prints "listening on
+ * ADDR:PORT" once ready; SIGTERM or SIGINT shuts down gracefully (1 s grace)
+ * and prints the server's counters.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
@@ -29,14 +32,6 @@
 #define KV_KEY_MAX 1024
 #define KV_SCAN_CAP 1000	  /* entries per Scan reply */
 #define KV_SCAN_BYTES (1u << 20) /* payload bytes per Scan reply */
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 struct value {
 	unsigned refs; /* the store's + replies in flight */
@@ -340,8 +335,10 @@ static Zcrpc__Kv__Kv_Service kv_impl = ZCRPC__KV__KV__INIT(kv_);
 
 int main(int argc, char **argv)
 {
+	static const int sigs[] = {SIGINT, SIGTERM};
 	const char *addr = NULL, *port = "7473";
-	zcrpc_worker *w = NULL;
+	zcrpc_server_opts so;
+	zcrpc_serve_opts ro;
 	zcrpc_server *s = NULL;
 	zcrpc_server_stats ss;
 	zcrpc_status st;
@@ -357,26 +354,26 @@ int main(int argc, char **argv)
 			return opt == 'h' ? 0 : 2;
 		}
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
-	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK) {
-		fprintf(stderr, "kv server: %s%s%s\n", zcrpc_status_str(st),
-			w ? "" : ": ", w ? "" : zcrpc_last_error());
+	zcrpc_server_opts_init(&so);
+	so.threads = 1; /* one worker, made and owned by the server */
+	if ((st = zcrpc_server_create(NULL, &so, &s)) != ZCRPC_OK) {
+		fprintf(stderr, "kv server: %s: %s\n", zcrpc_status_str(st),
+			zcrpc_last_error());
 		goto out;
 	}
-	g_store.ctx = zcrpc_worker_get_context(w);
+	g_store.ctx = zcrpc_worker_get_context(zcrpc_server_get_worker(s, 0));
 	st = zcrpc__kv__kv__zcrpc_register(s, &kv_impl);
 	if (st != ZCRPC_OK || (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
-		fprintf(stderr, "kv server: %s%s%s\n", zcrpc_status_str(st),
-			w ? "" : ": ", w ? "" : zcrpc_last_error());
+		fprintf(stderr, "kv server: %s\n", zcrpc_status_str(st));
 		goto out;
 	}
 	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_get_port(s));
 	fflush(stdout);
-	while (!stop)
-		zcrpc_worker_progress(w, 100);
-	st = zcrpc_server_shutdown(s, 1000);
+	zcrpc_serve_opts_init(&ro);
+	ro.signals = sigs;
+	ro.nsignals = 2;
+	ro.grace_ms = 1000;
+	st = zcrpc_server_serve(s, &ro); /* until SIGINT or SIGTERM, drained */
 	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	printf("kv server: shut down (%s); %zu keys; %llu puts, %llu gets, %llu deletes, "
 	       "%llu scans; %llu value bytes in, %llu out; %llu bytes copied by the library\n",
@@ -386,12 +383,13 @@ int main(int argc, char **argv)
 	       (unsigned long long)g_store.bytes_out, (unsigned long long)ss.copied_bytes);
 	rc = 0;
 out:
-	zcrpc_server_destroy(s);
+	/* The store's values are registered with the worker's context: they
+	 * go before the server (and the worker it owns). */
 	for (i = 0; i < g_store.n; i++) {
 		free(g_store.e[i].key);
 		value_unref(g_store.e[i].v);
 	}
 	free(g_store.e);
-	zcrpc_worker_destroy(w);
+	zcrpc_server_destroy(s);
 	return rc;
 }

@@ -1,6 +1,9 @@
-/* zcrpc RPC echo server: the smallest useful RPC service.
+/* zcrpc RPC echo server: the smallest useful RPC service, on the
+ * library's runtime (zcrpc_server_serve): the server makes THREADS workers,
+ * one thread each, spreads the connections over them, and serves until
+ * SIGINT or SIGTERM, then drains within 1 s.
  *
- *   zcrpc_rpc_echo_server [-a ADDR] [-p PORT]
+ *   zcrpc_rpc_echo_server [-a ADDR] [-p PORT] [-t THREADS]  (default 2)
  *
  * Methods:
  *   /zcrpc.example.Echo/Echo  replies with the request (payload and
@@ -22,14 +25,6 @@
 #include <unistd.h>
 
 #include <zcrpc/zcrpc.h>
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
 
 static void echo(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 {
@@ -92,39 +87,47 @@ static void hold(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 int main(int argc, char **argv)
 {
 	const char *addr = NULL, *port = "7472";
-	zcrpc_worker *w = NULL;
+	static const int sigs[] = {SIGINT, SIGTERM};
+	zcrpc_server_opts so;
+	zcrpc_serve_opts ro;
 	zcrpc_server *s = NULL;
 	zcrpc_status st;
 	int opt, rc = 1;
 
-	while ((opt = getopt(argc, argv, "a:p:h")) != -1) {
+	zcrpc_server_opts_init(&so);
+	so.threads = 2;
+	while ((opt = getopt(argc, argv, "a:p:t:h")) != -1) {
 		switch (opt) {
 		case 'a': addr = optarg; break;
 		case 'p': port = optarg; break;
+		case 't': so.threads = (size_t)atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-a ADDR] [-p PORT]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-a ADDR] [-p PORT] [-t THREADS]\n", argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
 	}
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
-	    (st = zcrpc_server_create(w, NULL, &s)) != ZCRPC_OK ||
+	/* No worker given: the server makes so.threads of them and owns them. */
+	if ((st = zcrpc_server_create(NULL, &so, &s)) != ZCRPC_OK ||
 	    (st = zcrpc_server_register(s, "/zcrpc.example.Echo/Echo", echo, NULL)) != ZCRPC_OK ||
 	    (st = zcrpc_server_register(s, "/zcrpc.example.Echo/Hold", hold, NULL)) != ZCRPC_OK ||
 	    (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
-		fprintf(stderr, "rpc echo server: %s\n", zcrpc_status_str(st));
+		fprintf(stderr, "rpc echo server: %s%s%s\n", zcrpc_status_str(st),
+			s ? "" : ": ", s ? "" : zcrpc_last_error());
 		goto out;
 	}
+	printf("serving on %zu workers\n", zcrpc_server_get_nworkers(s));
 	printf("listening on %s:%u\n", addr ? addr : "*", zcrpc_server_get_port(s));
 	fflush(stdout);
-	while (!stop)
-		zcrpc_worker_progress(w, 100);
-	st = zcrpc_server_shutdown(s, 1000);
+	/* Runs every worker (this thread the first) until SIGINT or SIGTERM,
+	 * then drains the calls in flight on all of them (1 s grace). */
+	zcrpc_serve_opts_init(&ro);
+	ro.signals = sigs;
+	ro.nsignals = 2;
+	ro.grace_ms = 1000;
+	st = zcrpc_server_serve(s, &ro);
 	printf("rpc echo server: shut down (%s)\n", zcrpc_status_str(st));
 	rc = 0;
 out:
-	zcrpc_server_destroy(s);
-	zcrpc_worker_destroy(w);
+	zcrpc_server_destroy(s); /* and the workers it made */
 	return rc;
 }

@@ -2,7 +2,12 @@
  *
  * Threading: channels and servers belong to one worker and follow its rule:
  * use them from the worker's thread only, except the functions marked
- * "any thread". Callbacks (call completions, handlers) run only inside
+ * "any thread". A server may also be given several workers
+ * (zcrpc_server_opts.workers, or threads = N for workers it makes): each
+ * connection then lives on one of them, and its handlers run on that
+ * worker's thread; the server's own functions say which thread they need
+ * (zcrpc_server_serve() can run all the threads). A client spreads its
+ * calls over workers with a channel (or several) per worker. Callbacks (call completions, handlers) run only inside
  * zcrpc_worker_progress() — never inside the call that submitted the work.
  * A synchronous call drives the worker's progress until its reply, so
  * other callbacks of that worker may run inside it; a synchronous call
@@ -394,6 +399,34 @@ typedef struct zcrpc_server_opts {
 	 * Replies beyond its room wait in the connection's queue and go out
 	 * as room returns. */
 	uint32_t send_depth;
+	/**
+	 * A server on several workers (docs/design.md, Servers on many
+	 * workers): @nworkers workers (the @w of zcrpc_server_create() among
+	 * them or not; it is always one, the home worker, which owns the
+	 * listener). Connections are spread over them, each to the worker
+	 * with the fewest connections when it arrives; a connection lives
+	 * wholly on its worker, and its handlers, on_connect, on_disconnect
+	 * and any reply made with zcrpc_server_call_reply() run on that
+	 * worker's thread. The array is read at create and not kept.
+	 * Threading: create, register and listen on the home worker's thread
+	 * before the other workers' threads start progressing them; then one
+	 * thread per worker, each in zcrpc_worker_progress() (or let
+	 * zcrpc_server_serve() run them); zcrpc_server_shutdown() on the home
+	 * worker's thread while the others keep progressing;
+	 * zcrpc_server_destroy() once no other thread runs them. 0/NULL = the
+	 * home worker alone, as before (up to 64 workers).
+	 */
+	zcrpc_worker *const *workers;
+	size_t nworkers;
+	/**
+	 * With zcrpc_server_create(NULL, ...): the server makes @threads
+	 * workers itself (sharing one device context, each with
+	 * @worker_opts, NULL = defaults), owns and destroys them, and
+	 * zcrpc_server_serve() runs one thread per worker (@workers is then
+	 * ignored). 0 = 1. Ignored when a worker is given.
+	 */
+	size_t threads;
+	const zcrpc_worker_opts *worker_opts;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_server_opts;
 
@@ -406,11 +439,64 @@ static inline void zcrpc_server_opts_init(zcrpc_server_opts *o)
 	zcrpc_server_opts_init_sized(o, sizeof(*o));
 }
 
-/** zcrpc_server_create - a server on worker @w. @o may be NULL. On success
- * *@out is the caller's (zcrpc_server_destroy()). */
+/** zcrpc_server_create - a server on worker @w (its home worker), and on
+ * o->workers too when given; @w NULL: on o->threads workers the server
+ * makes (the first is the home worker). @o may be NULL. Call on @w's
+ * thread (any thread with @w NULL). On success *@out is the caller's
+ * (zcrpc_server_destroy()). Errors: INVALID_ARGUMENT,
+ * RESOURCE_EXHAUSTED, and those of zcrpc_worker_create() for @w NULL. */
 ZCRPC_API zcrpc_status zcrpc_server_create(zcrpc_worker *w,
 					   const zcrpc_server_opts *o,
 					   zcrpc_server **out);
+
+/** The server's workers: 1 for a server on one worker. Any thread. */
+ZCRPC_API size_t zcrpc_server_get_nworkers(const zcrpc_server *s);
+/** Its worker number @i (0 = the home worker, then o->workers in their
+ * order, or the workers it made), NULL past the end; borrowed, valid
+ * while @s lives (register memory with its context, say). Any thread. */
+ZCRPC_API zcrpc_worker *zcrpc_server_get_worker(const zcrpc_server *s,
+						size_t i);
+
+/** What zcrpc_server_serve() does. Initialise with zcrpc_serve_opts_init(). */
+typedef struct zcrpc_serve_opts {
+	size_t size;  /**< sizeof(zcrpc_serve_opts), set by init */
+	int grace_ms; /**< the drain's grace period on a signal; default 5000 */
+	/** Signals that start the graceful shutdown (SIGINT, SIGTERM, ...;
+	 * up to 16), or none. zcrpc_server_serve() blocks them in its thread
+	 * (so in the threads it starts) and reads them with a signalfd; the
+	 * application must block them in its other threads too (or direct
+	 * them with pthread_kill() at the serving thread), or the process's
+	 * default action may take them. Restored when it returns. */
+	const int *signals;
+	size_t nsignals;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
+} zcrpc_serve_opts;
+
+/** Fills @o with the defaults documented above (and sets o->size). */
+ZCRPC_API void zcrpc_serve_opts_init_sized(zcrpc_serve_opts *o, size_t size);
+/* An inline, so the size is the caller's own sizeof (docs/abi.md). */
+static inline void zcrpc_serve_opts_init(zcrpc_serve_opts *o)
+{
+	zcrpc_serve_opts_init_sized(o, sizeof(*o));
+}
+
+/**
+ * zcrpc_server_serve - run listening server @s until it is shut down: the
+ * calling thread progresses the home worker and one thread started here
+ * progresses each other worker of the server (no other thread may use
+ * them meanwhile). It returns when one of @o->signals arrived (then it
+ * drains as zcrpc_server_shutdown(s, o->grace_ms) on every worker) or
+ * when zcrpc_server_shutdown() was called from another thread (its grace
+ * period), with the drain's status: OK when every call was replied to
+ * (replies from other threads included), DEADLINE_EXCEEDED when the grace
+ * period cut calls short, or INTERNAL when a worker's progress failed.
+ * The threads are joined before it returns; @s is then shut down (destroy
+ * it). @o may be NULL (no signals). Errors: INVALID_ARGUMENT,
+ * FAILED_PRECONDITION (not listening, or already serving),
+ * RESOURCE_EXHAUSTED (no thread or signalfd).
+ */
+ZCRPC_API zcrpc_status zcrpc_server_serve(zcrpc_server *s,
+					  const zcrpc_serve_opts *o);
 
 /**
  * zcrpc_server_register - serve @full_name ("/package.Service/Method") with
@@ -434,12 +520,17 @@ ZCRPC_API uint16_t zcrpc_server_get_port(const zcrpc_server *s);
  * @grace_ms while driving the worker's progress, then close the
  * connections in order (calls still running fail UNAVAILABLE at the
  * clients: "closed by the server"). Replies made from other threads
- * (zcrpc_server_call_reply_any_thread) are waited for too: the progress it drives
- * runs them. Returns OK when every call was replied to (no handle is
+ * (zcrpc_server_call_reply_any_thread) are waited for too: the progress it
+ * drives runs them. Returns OK when every call was replied to (no handle is
  * left), DEADLINE_EXCEEDED when the grace period cut calls short: those
  * calls are then cancelled (zcrpc_server_call_cancelled() says so, from
  * any thread) and still need their reply (it frees them) before
  * zcrpc_server_destroy(). Not from inside a callback.
+ * Threading: on the (home) worker's thread. A server on several workers
+ * drains all of them: every worker's thread must keep progressing it
+ * meanwhile (the call progresses the home worker). While
+ * zcrpc_server_serve() runs @s: from any other thread (not a handler's),
+ * it asks serve to drain with @grace_ms and waits for its result.
  */
 ZCRPC_API zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms);
 
@@ -570,9 +661,21 @@ typedef struct zcrpc_server_stats {
 } zcrpc_server_stats;
 
 /** Copies the server's counters into @out, at most @out_size bytes (pass
- * sizeof(*out)); all zero for a NULL @s. */
+ * sizeof(*out)); all zero for a NULL @s. One worker: its thread, exact.
+ * Several workers: any thread; the sum of each worker's counters as that
+ * worker last published them (at each accept and close, every 50 ms, at
+ * the end of a shutdown). */
 ZCRPC_API void zcrpc_server_get_stats(const zcrpc_server *s,
 				      zcrpc_server_stats *out, size_t out_size);
+
+/** The counters of worker number @i of @s alone (see
+ * zcrpc_server_get_worker; with one worker, as zcrpc_server_get_stats).
+ * Same threading as zcrpc_server_get_stats. INVALID_ARGUMENT for a NULL
+ * @s or @out, or @i past the end. */
+ZCRPC_API zcrpc_status zcrpc_server_get_worker_stats(const zcrpc_server *s,
+						     size_t i,
+						     zcrpc_server_stats *out,
+						     size_t out_size);
 
 #ifdef __cplusplus
 }

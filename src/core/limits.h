@@ -9,6 +9,8 @@
  * 16-bit "credits returned" field of the transport header (protocol §2)
  * with room to spare, and rxe (the provider CI runs) accepts the depth. */
 #define ZCRPC_MAX_QUEUE_DEPTH 32768U
+/* Workers of one server (zcrpc_server_opts.workers, threads). */
+#define ZCRPC_MAX_WORKERS 64U
 
 /* The smallest usable queue depth: one slot in use, one being reposted. */
 #define ZCRPC_MIN_QUEUE_DEPTH 2U

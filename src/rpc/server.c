@@ -1,9 +1,11 @@
-/* zcrpc — the server: its lifetime, method registration, listening and
+/* zcrpc — the server: its lifetime and its shards (one per worker, for a
+ * server on several workers), method registration, listening and
  * accepting, its timer (deferred frames, buffers registered off-thread,
  * bulk time limits, memory given back), the idle timeout of connections
- * that never made a call, GOAWAY and graceful shutdown,
- * statistics. Calls are in server_dispatch.c, replies in server_reply.c,
- * bulk parts in server_bulk.c, frames out in server_send.c. */
+ * that never made a call, statistics. Graceful shutdown is in
+ * server_shutdown.c, zcrpc_server_serve() in server_runtime.c. Calls are in
+ * server_dispatch.c, replies in server_reply.c, bulk parts in server_bulk.c,
+ * frames out in server_send.c. */
 #include "server_internal.h"
 
 #include <stddef.h>
@@ -17,12 +19,16 @@
  * 30 s after its accept is closed (a client that connects and never calls
  * holds a connection of its source's limit for at most that long). */
 #define ZCRPC_DEFAULT_IDLE_TIMEOUT_MS 30000
+/* How often a shard of a server on several workers publishes its
+ * counters for zcrpc_server_get_stats() on other threads. */
+#define ZCRPC_PUBLISH_NS (50LL * 1000000LL)
 
 const struct method *zcrpc__server_find_method(const zcrpc_server *s,
 					       uint32_t id)
 {
 	size_t i;
 
+	s = s->root; /* the shards share the root's table */
 	for (i = 0; i < s->nmethods; i++) /* few methods; a scan is fine */
 		if (s->methods[i].id == id)
 			return &s->methods[i];
@@ -53,6 +59,10 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 	}
 	if (s->npframes || s->bulk.growing || s->grant_waits)
 		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_RETRY_NS);
+	if (s->root->nshards > 1) { /* counters for other threads */
+		zcrpc__server_publish(s);
+		zcrpc__timer_start(s->w, &s->timer, now + ZCRPC_PUBLISH_NS);
+	}
 	if (s->next_bulk_check_ns)
 		zcrpc__timer_start(s->w, &s->timer, s->next_bulk_check_ns);
 	zcrpc__timer_start(s->w, &s->timer, s->next_trim_ns);
@@ -136,14 +146,30 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state st, zcrpc_status why,
 	else
 		s->st.conns_lost++; /* crash, loss, error; zcrpc_conn_get_error says */
 	if (s->o.on_disconnect)
-		s->o.on_disconnect(s, conn, why, s->o.arg);
+		s->o.on_disconnect(s->root, conn, why, s->o.arg);
 	sconn_free(sc);
 	zcrpc_conn_destroy(conn);
+	if (s->root->nshards > 1)
+		zcrpc__server_publish(s);
 }
 
+/* The shard of the worker @conn was handed to. */
+static zcrpc_server *shard_of(zcrpc_server *root, zcrpc_conn *conn)
+{
+	zcrpc_worker *w = zcrpc__conn_worker(conn);
+	size_t i;
+
+	for (i = 1; i < root->nshards; i++)
+		if (root->shards[i]->w == w)
+			return root->shards[i];
+	return root;
+}
+
+/* On the connection's worker (the listener's, or the one it was handed
+ * to): the connection joins that worker's shard. */
 static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 {
-	zcrpc_server *s = arg;
+	zcrpc_server *s = shard_of(arg, conn);
 	struct sconn *sc = calloc(1, sizeof(*sc));
 	zcrpc_conn_handlers h;
 
@@ -174,10 +200,12 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 					   (int64_t)s->o.idle_timeout_ms *
 						   1000000LL);
 	if (s->o.on_connect)
-		s->o.on_connect(s, conn, s->o.arg);
+		s->o.on_connect(s->root, conn, s->o.arg);
 	if (s->shutting_down)
 		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_GOAWAY, 0, ZCRPC_OK,
 					 NULL);
+	if (s->root->nshards > 1)
+		zcrpc__server_publish(s);
 }
 
 void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
@@ -194,44 +222,51 @@ void zcrpc_server_opts_init_sized(zcrpc_server_opts *caller, size_t size)
 	zcrpc__abi_init(caller, size, o, sizeof(*o));
 }
 
-zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
-				 zcrpc_server **out)
+/* The options' checks (the caller's struct read by the ABI rule into
+ * @s->o, which holds the defaults). */
+static zcrpc_status read_opts(zcrpc_server *s, const zcrpc_server_opts *o)
 {
-	zcrpc_server *s;
+	const zcrpc_server_opts *n = &s->o;
 
-	if (!w || !out)
+	if (ZCRPC__ABI_IN(&s->o, o, ZCRPC__MIN_SERVER_OPTS) != ZCRPC_OK ||
+	    n->window < ZCRPC_MIN_QUEUE_DEPTH ||
+	    n->window > ZCRPC_MAX_QUEUE_DEPTH ||
+	    (n->send_depth && (n->send_depth < ZCRPC_MIN_QUEUE_DEPTH ||
+			       n->send_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
+	    (!n->psk && n->psk_len) ||
+	    (n->psk &&
+	     (n->psk_len < ZCRPC_PSK_MIN || n->psk_len > ZCRPC_PSK_MAX)) ||
+	    n->handshake_timeout_ms < 0 || n->bulk_write_timeout_ms < 0 ||
+	    n->idle_release_ms < 0 || n->idle_timeout_ms < 0 ||
+	    (n->nworkers && !n->workers) || n->nworkers > ZCRPC_MAX_WORKERS ||
+	    n->threads > ZCRPC_MAX_WORKERS)
 		return ZCRPC_INVALID_ARGUMENT;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return ZCRPC_RESOURCE_EXHAUSTED;
-	zcrpc_server_opts_init(&s->o);
-	if (o) {
-		const zcrpc_server_opts *n = &s->o; /* the caller's, by the rule */
+	if (n->psk) { /* our own copy */
+		memcpy(s->psk, n->psk, n->psk_len);
+		s->o.psk = s->psk;
+	}
+	return ZCRPC_OK;
+}
 
-		if (ZCRPC__ABI_IN(&s->o, o, ZCRPC__MIN_SERVER_OPTS) != ZCRPC_OK ||
-		    n->window < ZCRPC_MIN_QUEUE_DEPTH ||
-		    n->window > ZCRPC_MAX_QUEUE_DEPTH ||
-		    (n->send_depth &&
-		     (n->send_depth < ZCRPC_MIN_QUEUE_DEPTH ||
-		      n->send_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
-		    (!n->psk && n->psk_len) ||
-		    (n->psk && (n->psk_len < ZCRPC_PSK_MIN ||
-				n->psk_len > ZCRPC_PSK_MAX)) ||
-		    n->handshake_timeout_ms < 0 ||
-		    n->bulk_write_timeout_ms < 0 || n->idle_release_ms < 0 ||
-		    n->idle_timeout_ms < 0) {
-			free(s);
-			return ZCRPC_INVALID_ARGUMENT;
-		}
-		if (n->psk) { /* our own copy */
-			memcpy(s->psk, n->psk, n->psk_len);
+/* A shard on worker @w: its own connections, calls and timer, @root's
+ * options. @root NULL: the root itself, whose options @s->o hold. */
+static zcrpc_status shard_init(zcrpc_server *s, zcrpc_worker *w,
+			       zcrpc_server *root)
+{
+	if (root) {
+		s->o = root->o;
+		if (s->o.psk) {
+			memcpy(s->psk, root->psk, s->o.psk_len);
 			s->o.psk = s->psk;
 		}
 	}
+	s->root = root ? root : s;
 	s->w = w;
 	if (zcrpc__call_table_init(&s->calls, 65536, sizeof(zcrpc_server_call),
-				   NULL, NULL) != ZCRPC_OK) {
-		free(s);
+				   NULL, NULL) != ZCRPC_OK)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	if (pthread_mutex_init(&s->pub_lock, NULL)) {
+		zcrpc__call_table_fini(&s->calls);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	zcrpc__list_init(&s->conns);
@@ -248,9 +283,102 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 	zcrpc__bulk_init(&s->bulk, zcrpc_worker_get_context(w), s->o.bulk_cache_max);
 	s->timer.fn = on_timer;
 	s->next_trim_ns = zcrpc__now_ns() + s->idle_ns / 2;
+	/* On another worker too: its thread does not run yet (the rule of
+	 * zcrpc_server_opts.workers). */
 	zcrpc__timer_start(w, &s->timer, s->next_trim_ns);
+	return ZCRPC_OK;
+}
+
+/* Frees shard @s: its connections closed at once, its calls released. */
+static void shard_fini(zcrpc_server *s);
+
+/* The shards of the other workers in o.workers. */
+static zcrpc_status add_shards(zcrpc_server *root, zcrpc_worker *const *ws,
+			       size_t n)
+{
+	size_t i, j;
+
+	root->shards = calloc(n + 1, sizeof(*root->shards));
+	if (!root->shards)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	root->shards[0] = root;
+	root->nshards = 1;
+	for (i = 0; i < n; i++) {
+		zcrpc_server *sh;
+
+		if (!ws[i])
+			return ZCRPC_INVALID_ARGUMENT;
+		for (j = 0; j < root->nshards; j++)
+			if (root->shards[j]->w == ws[i])
+				break;
+		if (j < root->nshards)
+			continue; /* the home worker, or listed twice */
+		sh = calloc(1, sizeof(*sh));
+		if (!sh)
+			return ZCRPC_RESOURCE_EXHAUSTED;
+		if (shard_init(sh, ws[i], root) != ZCRPC_OK) {
+			free(sh);
+			return ZCRPC_RESOURCE_EXHAUSTED;
+		}
+		root->shards[root->nshards++] = sh;
+	}
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
+				 zcrpc_server **out)
+{
+	zcrpc_server *s;
+	zcrpc_status st;
+
+	if (!out)
+		return ZCRPC_INVALID_ARGUMENT;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	zcrpc_server_opts_init(&s->o);
+	if (o && (st = read_opts(s, o)) != ZCRPC_OK) {
+		free(s);
+		return st;
+	}
+	if (!w) { /* the server makes its workers: o.threads of them */
+		st = zcrpc__server_make_workers(s, &w);
+		if (st != ZCRPC_OK) {
+			free(s);
+			return st;
+		}
+	}
+	st = shard_init(s, w, NULL);
+	if (st != ZCRPC_OK) {
+		zcrpc__server_free_workers(s);
+		free(s);
+		return st;
+	}
+	s->shards = &s->root; /* one shard: itself */
+	s->nshards = 1;
+	if (s->nown > 1)
+		st = add_shards(s, s->own + 1, s->nown - 1);
+	else if (s->o.nworkers && !s->nown) /* with w NULL: threads only */
+		st = add_shards(s, s->o.workers, s->o.nworkers);
+	/* Nothing of the caller's array is kept. */
+	s->o.workers = NULL;
+	s->o.nworkers = 0;
+	if (st != ZCRPC_OK) {
+		zcrpc_server_destroy(s);
+		return st;
+	}
 	*out = s;
 	return ZCRPC_OK;
+}
+
+zcrpc_worker *zcrpc_server_get_worker(const zcrpc_server *s, size_t i)
+{
+	return s && i < s->nshards ? s->shards[i]->w : NULL;
+}
+
+size_t zcrpc_server_get_nworkers(const zcrpc_server *s)
+{
+	return s ? s->nshards : 0;
 }
 
 zcrpc_status zcrpc_server_register(zcrpc_server *s, const char *full_name,
@@ -261,6 +389,8 @@ zcrpc_status zcrpc_server_register(zcrpc_server *s, const char *full_name,
 
 	if (!s || !full_name || !*full_name || !fn)
 		return ZCRPC_INVALID_ARGUMENT;
+	if (s->nshards > 1 && s->listening)
+		return ZCRPC_FAILED_PRECONDITION; /* other threads read it */
 	id = zcrpc_method_id(full_name);
 	if ((m = zcrpc__server_find_method(s, id)))
 		return ZCRPC_ALREADY_EXISTS; /* same name, or a hash collision */
@@ -305,8 +435,22 @@ zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
 	lo.max_connections = s->o.max_connections;
 	lo.max_conns_per_source = s->o.max_conns_per_source;
 	st = zcrpc_listen(s->w, host, port, &lo, &s->l);
-	if (st == ZCRPC_OK)
+	if (st == ZCRPC_OK && s->nshards > 1) {
+		zcrpc_worker *ws[ZCRPC_MAX_WORKERS];
+		size_t i;
+
+		for (i = 0; i < s->nshards; i++)
+			ws[i] = s->shards[i]->w;
+		st = zcrpc__listener_spread(s->l, ws, s->nshards);
+		if (st != ZCRPC_OK) {
+			zcrpc_listener_destroy(s->l);
+			s->l = NULL;
+		}
+	}
+	if (st == ZCRPC_OK) {
 		s->port = zcrpc_listener_get_port(s->l);
+		s->listening = 1;
+	}
 	return st;
 }
 
@@ -315,67 +459,11 @@ uint16_t zcrpc_server_get_port(const zcrpc_server *s)
 	return s ? s->port : 0;
 }
 
-static uint32_t calls_alive(const zcrpc_server *s)
-{
-	return zcrpc__call_table_used(&s->calls);
-}
-
-/* Replies (or other frames) still queued behind credits or pool slots: a
- * call that was answered is not done until its reply left. */
-static int frames_queued(const zcrpc_server *s)
-{
-	const struct zcrpc__list *n;
-
-	zcrpc__list_foreach(n, &s->conns) {
-		const struct sconn *sc = zcrpc__sconn_of(n);
-
-		if (!sc->closed && (sc->q_head || sc->p_head))
-			return 1;
-	}
-	return 0;
-}
-
-zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms)
-{
-	struct zcrpc__list *n;
-	int64_t end;
-
-	if (!s)
-		return ZCRPC_INVALID_ARGUMENT;
-	if (zcrpc__worker_in_progress(s->w))
-		return ZCRPC_FAILED_PRECONDITION;
-	s->shutting_down = 1;
-	zcrpc_listener_destroy(s->l);
-	s->l = NULL;
-	zcrpc__list_foreach(n, &s->conns) zcrpc__sconn_send_simple(
-		zcrpc__sconn_of(n), ZCRPC_FRAME_GOAWAY, 0, ZCRPC_OK, NULL);
-	end = zcrpc__now_ns() + (int64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000LL;
-	while ((calls_alive(s) || frames_queued(s)) && zcrpc__now_ns() < end)
-		zcrpc_worker_progress(s->w, 10);
-	if (calls_alive(s) || frames_queued(s)) {
-		zcrpc__list_foreach(n, &s->conns)
-			zcrpc_conn_close(zcrpc__sconn_of(n)->conn);
-		end = zcrpc__now_ns() + 3000LL * 1000000LL;
-		while (!zcrpc__list_empty(&s->conns) && zcrpc__now_ns() < end)
-			zcrpc_worker_progress(s->w, 10);
-		return ZCRPC_DEADLINE_EXCEEDED;
-	}
-	zcrpc__list_foreach(n, &s->conns)
-		zcrpc_conn_close(zcrpc__sconn_of(n)->conn);
-	end = zcrpc__now_ns() + 3000LL * 1000000LL;
-	while (!zcrpc__list_empty(&s->conns) && zcrpc__now_ns() < end)
-		zcrpc_worker_progress(s->w, 10);
-	return ZCRPC_OK;
-}
-
-void zcrpc_server_destroy(zcrpc_server *s)
+static void shard_fini(zcrpc_server *s)
 {
 	size_t i;
 
-	if (!s)
-		return;
 	zcrpc__timer_stop(s->w, &s->timer);
-	zcrpc_listener_destroy(s->l);
 	while (!zcrpc__list_empty(&s->conns)) {
 		struct sconn *sc =
 			zcrpc__sconn_of(zcrpc__list_first(&s->conns));
@@ -403,29 +491,128 @@ void zcrpc_server_destroy(zcrpc_server *s)
 		}
 	}
 	zcrpc__bulk_fini(&s->bulk);
+	zcrpc__call_table_fini(&s->calls);
+	pthread_mutex_destroy(&s->pub_lock);
+	explicit_bzero(s->psk, sizeof(s->psk));
+}
+
+/* Several workers: the caller is the home worker's thread and no other
+ * thread runs any of the server's workers (zcrpc_server_opts.workers). */
+void zcrpc_server_destroy(zcrpc_server *s)
+{
+	size_t i;
+
+	if (!s)
+		return;
+	zcrpc_listener_destroy(s->l);
+	s->l = NULL;
+	for (i = 1; i < s->nshards; i++) {
+		if (!s->shards[i])
+			continue;
+		shard_fini(s->shards[i]);
+		free(s->shards[i]);
+	}
+	if (s->shards != &s->root)
+		free(s->shards);
+	shard_fini(s);
 	for (i = 0; i < s->nmethods; i++)
 		free(s->methods[i].name);
 	free(s->methods);
-	zcrpc__call_table_fini(&s->calls);
-	explicit_bzero(s->psk, sizeof(s->psk));
+	zcrpc__server_free_workers(s);
 	free(s);
+}
+
+void zcrpc__server_stats_now(const zcrpc_server *s, zcrpc_server_stats *out)
+{
+	struct zcrpc__bulk_stats b;
+
+	*out = s->st;
+	zcrpc__bulk_get_stats(&s->bulk, &b);
+	out->bulk_pinned = b.pinned;
+	out->bulk_in_use = b.in_use;
+	out->bulk_released = b.released;
+	out->pool_pinned = zcrpc__worker_pool_pinned(s->w);
+}
+
+void zcrpc__server_publish(zcrpc_server *s)
+{
+	zcrpc_server_stats now;
+
+	zcrpc__server_stats_now(s, &now);
+	pthread_mutex_lock(&s->pub_lock);
+	s->pub = now;
+	pthread_mutex_unlock(&s->pub_lock);
+}
+
+static void add_stats(zcrpc_server_stats *t, const zcrpc_server_stats *a)
+{
+#define ADD(f) t->f += a->f
+	ADD(calls);
+	ADD(replies);
+	ADD(unimplemented);
+	ADD(expired_not_run);
+	ADD(cancelled);
+	ADD(protocol_errors);
+	ADD(copied_bytes);
+	ADD(connections);
+	ADD(running);
+	ADD(queued);
+	ADD(bulk_bad_writes);
+	ADD(conns_closed);
+	ADD(conns_lost);
+	ADD(invalid_status);
+	ADD(frames_deferred);
+	ADD(bulk_refused);
+	ADD(bulk_waits);
+	ADD(bulk_timeouts);
+	ADD(bulk_pinned);
+	ADD(bulk_in_use);
+	ADD(bulk_released);
+	ADD(idle_closed);
+#undef ADD
+	/* The pool is per worker: each shard's is its own worker's. */
+	t->pool_pinned += a->pool_pinned;
 }
 
 void zcrpc_server_get_stats(const zcrpc_server *s, zcrpc_server_stats *dst,
 			    size_t dst_size)
 {
-	zcrpc_server_stats all, *out = &all;
+	zcrpc_server_stats all, *out = &all, one;
+	size_t i;
 
 	memset(out, 0, sizeof(*out));
-	if (s) {
-		struct zcrpc__bulk_stats b;
+	if (s && s->nshards == 1) {
+		zcrpc__server_stats_now(s, out);
+	} else if (s) {
+		for (i = 0; i < s->nshards; i++) {
+			zcrpc_server *sh = s->shards[i];
 
-		*out = s->st;
-		zcrpc__bulk_get_stats(&s->bulk, &b);
-		out->bulk_pinned = b.pinned;
-		out->bulk_in_use = b.in_use;
-		out->bulk_released = b.released;
-		out->pool_pinned = zcrpc__worker_pool_pinned(s->w);
+			pthread_mutex_lock(&sh->pub_lock);
+			one = sh->pub;
+			pthread_mutex_unlock(&sh->pub_lock);
+			add_stats(out, &one);
+		}
 	}
 	ZCRPC__ABI_OUT(dst, dst_size, out);
+}
+
+zcrpc_status zcrpc_server_get_worker_stats(const zcrpc_server *s, size_t i,
+					   zcrpc_server_stats *dst,
+					   size_t dst_size)
+{
+	zcrpc_server_stats one;
+
+	if (!s || i >= s->nshards || !dst)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (s->nshards == 1) {
+		zcrpc__server_stats_now(s, &one);
+	} else {
+		zcrpc_server *sh = s->shards[i];
+
+		pthread_mutex_lock(&sh->pub_lock);
+		one = sh->pub;
+		pthread_mutex_unlock(&sh->pub_lock);
+	}
+	ZCRPC__ABI_OUT(dst, dst_size, &one);
+	return ZCRPC_OK;
 }

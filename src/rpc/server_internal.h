@@ -5,6 +5,9 @@
 #ifndef ZCRPC_RPC_SERVER_INTERNAL_H
 #define ZCRPC_RPC_SERVER_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "../core/list.h"
 #include "rpc_internal.h"
 
@@ -134,6 +137,31 @@ struct zcrpc_server {
 	int shutting_down;
 	zcrpc_server_stats st;
 	uint8_t psk[ZCRPC_PSK_MAX]; /* o.psk points here */
+	/* A server on several workers (docs/design.md, Servers on many
+	 * workers): the public handle is the root, the shard of the home
+	 * worker (the listener's); every other worker has a shard of its own,
+	 * this struct with its own connections, calls, run queue, bulk cache,
+	 * timer and counters, touched only by its worker's thread. Shards
+	 * share the root's method table (read-only once listening) and
+	 * options. */
+	zcrpc_server *root;    /* itself for the root */
+	zcrpc_server **shards; /* root only: shards[0] == root */
+	size_t nshards;
+	int listening;
+	/* Counters as the shard's thread last published them (at accepts,
+	 * closes, its timer, the end of a shutdown), for other threads. */
+	pthread_mutex_t pub_lock;
+	zcrpc_server_stats pub;
+	/* server_shutdown.c: a check posted to the shard's worker, and what
+	 * it found (any thread reads them). */
+	atomic_int chk_pending, chk_busy, chk_conns;
+	atomic_uint chk_seq;
+	/* server_runtime.c: workers the server made (threads = N), and the
+	 * zcrpc_server_serve() running it (NULL when none). */
+	zcrpc_context *own_ctx;
+	zcrpc_worker **own;
+	size_t nown;
+	struct zcrpc__serve *_Atomic serve;
 };
 
 static inline uint32_t zcrpc__scall_ref(const zcrpc_server *s,
@@ -153,6 +181,20 @@ static inline zcrpc_server_call *zcrpc__scall_lookup(zcrpc_server *s,
 }
 
 /* ---- server.c ---- */
+/* A shard's counters now (its own thread), and their publication. */
+void zcrpc__server_stats_now(const zcrpc_server *s, zcrpc_server_stats *out);
+void zcrpc__server_publish(zcrpc_server *s);
+/* server_shutdown.c: calls alive or replies queued on shard @s (its
+ * thread), and the GOAWAY to every connection. */
+int zcrpc__server_busy(const zcrpc_server *s);
+void zcrpc__server_goaway_all(zcrpc_server *s);
+/* The shutdown itself (every shard), on the home worker's thread. */
+zcrpc_status zcrpc__server_drain(zcrpc_server *s, int grace_ms);
+/* server_runtime.c: the workers of threads = N (home in *@home), their
+ * release; a shutdown asked of a running zcrpc_server_serve(). */
+zcrpc_status zcrpc__server_make_workers(zcrpc_server *s, zcrpc_worker **home);
+void zcrpc__server_free_workers(zcrpc_server *s);
+zcrpc_status zcrpc__serve_stop(zcrpc_server *s, int grace_ms);
 const struct method *zcrpc__server_find_method(const zcrpc_server *s,
 					       uint32_t id);
 /* The connection made a call: it no longer closes for idling. */

@@ -3,7 +3,10 @@
  * (max_connections) and per source address (max_conns_per_source), so one
  * client cannot take every connection of a server (docs/design.md,
  * Admission). The per-source counts live in a small open-addressing table
- * (linear probing, backward-shift deletion) keyed by the address. */
+ * (linear probing, backward-shift deletion) keyed by the address. The
+ * counts belong to the listener's worker alone: a connection handed to
+ * another worker (a server on several workers) gives its count back
+ * through zcrpc__listener_remote_release, posted to that worker. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -127,8 +130,19 @@ zcrpc_status zcrpc__limits_admit(zcrpc_listener *l, const uint8_t key[16],
 	return ZCRPC_OK;
 }
 
-zcrpc_status zcrpc__limits_take(zcrpc_listener *l, zcrpc_conn *c,
-				const uint8_t key[16])
+/* The index of @w in @l's workers (0 for a listener on one worker). */
+uint32_t zcrpc__listener_widx(const zcrpc_listener *l, const zcrpc_worker *w)
+{
+	uint32_t i;
+
+	for (i = 1; i < l->nworkers; i++)
+		if (l->workers[i] == w)
+			return i;
+	return 0;
+}
+
+zcrpc_status zcrpc__limits_count(zcrpc_listener *l, const uint8_t key[16],
+				 uint32_t wi)
 {
 	struct zcrpc__src_count *e;
 
@@ -142,10 +156,37 @@ zcrpc_status zcrpc__limits_take(zcrpc_listener *l, zcrpc_conn *c,
 			l->sources_used++;
 		}
 		e->n++;
+	}
+	l->conns++;
+	if (l->wconns)
+		l->wconns[wi]++;
+	return ZCRPC_OK;
+}
+
+void zcrpc__limits_uncount(zcrpc_listener *l, const uint8_t key[16],
+			   int src_counted, uint32_t wi)
+{
+	struct zcrpc__src_count *e;
+
+	l->conns--;
+	if (l->wconns && l->wconns[wi])
+		l->wconns[wi]--;
+	if (!src_counted || !l->sources_cap)
+		return;
+	e = slot(l, key);
+	if (e->n && --e->n == 0)
+		remove_at(l, e);
+}
+
+zcrpc_status zcrpc__limits_take(zcrpc_listener *l, zcrpc_conn *c,
+				const uint8_t key[16])
+{
+	if (zcrpc__limits_count(l, key, 0) != ZCRPC_OK)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	if (l->opts.max_conns_per_source) {
 		memcpy(c->src_key, key, 16);
 		c->src_counted = 1;
 	}
-	l->conns++;
 	c->counted_by = l;
 	return ZCRPC_OK;
 }
@@ -153,18 +194,20 @@ zcrpc_status zcrpc__limits_take(zcrpc_listener *l, zcrpc_conn *c,
 void zcrpc__limits_release(zcrpc_conn *c)
 {
 	zcrpc_listener *l = c->counted_by;
-	struct zcrpc__src_count *e;
+	int src_counted = c->src_counted;
 
 	if (!l)
 		return;
 	c->counted_by = NULL;
-	l->conns--;
-	if (!c->src_counted)
-		return;
 	c->src_counted = 0;
-	e = slot(l, c->src_key);
-	if (e->n && --e->n == 0)
-		remove_at(l, e);
+	if (l->nworkers > 1 && l->w != c->w) {
+		/* A connection handed to another worker: the counts are the
+		 * listener's, on its own thread (listener.c). */
+		zcrpc__listener_remote_release(l, c->w, c->src_key, src_counted,
+					       0);
+		return;
+	}
+	zcrpc__limits_uncount(l, c->src_key, src_counted, 0);
 }
 
 void zcrpc__limits_fini(zcrpc_listener *l)

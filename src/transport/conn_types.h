@@ -243,6 +243,17 @@ struct zcrpc_listener {
 	struct zcrpc__src_count *sources;
 	uint32_t sources_cap, sources_used;
 	zcrpc_conn_handlers conn_handlers; /* opts.conn_handlers points here */
+	/* listener.c, a listener spread over several workers
+	 * (zcrpc__listener_spread): the workers it hands connections to
+	 * (workers[0] == w), the connections counted per worker (the
+	 * least-connections rule, conn_limits.c), and the references the
+	 * owner (1) and the connections on other workers (2 each: handshake
+	 * and count) hold; `closed` once destroyed, read by any worker. */
+	zcrpc_worker **workers;
+	uint32_t nworkers;
+	uint32_t *wconns;
+	atomic_uint refs;
+	atomic_int closed;
 };
 
 #define zcrpc__conn_of(l)     zcrpc__container_of(l, zcrpc_conn, link)

@@ -133,8 +133,22 @@ zcrpc_status zcrpc__limits_admit(zcrpc_listener *l, const uint8_t key[16],
  * RESOURCE_EXHAUSTED when the source table cannot grow (out of memory). */
 zcrpc_status zcrpc__limits_take(zcrpc_listener *l, zcrpc_conn *c,
 				const uint8_t key[16]);
-/* @c no longer counts (its teardown; idempotent). */
+/* @c no longer counts (its teardown; idempotent). On a worker other than
+ * its listener's, the release is posted to the listener's worker. */
 void zcrpc__limits_release(zcrpc_conn *c);
+/* The counting without a connection, on @l's worker: one connection of
+ * @key handed to @l's worker number @wi (0 = its own), and its return. */
+zcrpc_status zcrpc__limits_count(zcrpc_listener *l, const uint8_t key[16],
+				 uint32_t wi);
+void zcrpc__limits_uncount(zcrpc_listener *l, const uint8_t key[16],
+			   int src_counted, uint32_t wi);
+uint32_t zcrpc__listener_widx(const zcrpc_listener *l, const zcrpc_worker *w);
+/* listener.c: a connection on worker @from (not @l's) gives back its
+ * handshake (@handshake) or its count (key, src_counted): posted to @l's
+ * worker, or only @l's reference dropped once @l is closed. Any thread. */
+void zcrpc__listener_remote_release(zcrpc_listener *l, zcrpc_worker *from,
+				    const uint8_t key[16], int src_counted,
+				    int handshake);
 /* @l goes: the connections it counted no longer count anywhere. */
 void zcrpc__limits_fini(zcrpc_listener *l);
 

@@ -53,6 +53,11 @@ uint32_t zcrpc__worker_max_msg(const zcrpc_worker *w)
 	return w->opts.max_msg;
 }
 
+zcrpc_worker *zcrpc__conn_worker(const zcrpc_conn *c)
+{
+	return c->w;
+}
+
 int zcrpc__worker_in_progress(const zcrpc_worker *w)
 {
 	return w->in_progress;

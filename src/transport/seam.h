@@ -127,4 +127,16 @@ void zcrpc__timer_start(zcrpc_worker *w, struct zcrpc__timer *t,
 /* Disarms @t; its fn does not run again until the next start. */
 void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
 
+/* ---- a server on several workers (listener.c) ---------------------------- */
+
+/* Spreads listener @l's new connections over @workers (@n of them, @l's
+ * own among them or not): each connect request is admitted on @l's worker,
+ * then handed to the worker with the fewest connections (docs/design.md,
+ * Servers on many workers), whose thread runs its on_accept. Call once,
+ * on @l's worker before it accepts. INVALID_ARGUMENT, RESOURCE_EXHAUSTED. */
+zcrpc_status zcrpc__listener_spread(zcrpc_listener *l,
+				    zcrpc_worker *const *workers, size_t n);
+/* The worker connection @c belongs to (its thread runs its callbacks). */
+zcrpc_worker *zcrpc__conn_worker(const zcrpc_conn *c);
+
 #endif /* ZCRPC_TRANSPORT_SEAM_H */
