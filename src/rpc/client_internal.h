@@ -72,7 +72,8 @@ struct ccall {
 	struct zcrpc_frame reply;
 	/* result, for the done list */
 	zcrpc_status status;
-	char message[128];
+	char message[256]; /* a limit's reason after "could not connect to
+			      HOST:PORT: " */
 };
 
 struct zcrpc_channel {
