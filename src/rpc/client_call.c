@@ -258,9 +258,11 @@ void zcrpc__channel_flush_queue(zcrpc_channel *ch)
 
 	if (!ch->conn || !ch->conn_up)
 		return;
-	if (zcrpc__channel_send_cancels(ch, ch->conn))
+	/* (the lists are looked at here: both are empty on the hot path) */
+	if (ch->cancels && zcrpc__channel_send_cancels(ch, ch->conn))
 		return; /* cancels first: they free the server's window */
-	if (zcrpc__channel_send_grants(ch, ch->conn))
+	if (!zcrpc__list_empty(&ch->grants) &&
+	    zcrpc__channel_send_grants(ch, ch->conn))
 		return; /* grants first: their replies wait at the server */
 	while ((c = zcrpc__channel_queue_first(ch))) {
 		zcrpc_status st = zcrpc_conn_send_msg(ch->conn, &c->out.msg,
@@ -358,6 +360,9 @@ void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
 	if (next_due)
 		zcrpc__timer_start(ch->w, &ch->timer, next_due);
 }
+
+/* zcrpc_call_opts_init's values, copied per call without the ABI pass. */
+static const zcrpc_call_opts call_opts_default = {.size = sizeof(zcrpc_call_opts)};
 
 void zcrpc_call_opts_init_sized(zcrpc_call_opts *caller, size_t size)
 {
@@ -540,7 +545,7 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		return ZCRPC_INVALID_ARGUMENT;
 	if (ch->destroying)
 		return ZCRPC_FAILED_PRECONDITION;
-	zcrpc_call_opts_init(&co);
+	co = call_opts_default; /* what zcrpc_call_opts_init gives */
 	if (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
 	st = check_opts(ch, &co, len, &inline_cap);
