@@ -8,7 +8,8 @@
 #include <string.h>
 
 /* zcrpc_reply_opts_init's values, copied per reply without the ABI pass. */
-static const zcrpc_reply_opts reply_opts_default = {.size = sizeof(zcrpc_reply_opts)};
+static const zcrpc_reply_opts reply_opts_default = {
+	.size = sizeof(zcrpc_reply_opts)};
 
 void zcrpc_reply_opts_init_sized(zcrpc_reply_opts *caller, size_t size)
 {

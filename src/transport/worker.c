@@ -64,8 +64,7 @@ static int64_t turn_now(const zcrpc_worker *w)
 	struct timespec ts;
 	int64_t now;
 
-	if (!w->coarse_res_ns ||
-	    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts))
+	if (!w->coarse_res_ns || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts))
 		return zcrpc__now_ns();
 	now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 	if (t && t->due_ns <= now + w->coarse_res_ns)
@@ -647,6 +646,13 @@ zcrpc_status zcrpc_worker_arm(zcrpc_worker *w)
 	return busy ? ZCRPC_RESOURCE_EXHAUSTED : ZCRPC_OK;
 }
 
+/* A timer is due at the turn's clock (zcrpc__timers_run's own first
+ * check, here so that a turn with none due makes no call). */
+static inline int timer_due(const zcrpc_worker *w)
+{
+	return w->timers.min && w->timers.min->due_ns <= w->now_ns;
+}
+
 /* Reads the epoll set without waiting and handles what is ready. */
 static int poll_epoll(zcrpc_worker *w)
 {
@@ -676,12 +682,15 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	 * queued so far, a bounded share of each CQ, and the epoll set on
 	 * its schedule (ZCRPC_EPOLL_PERIOD_NS / _TURNS) — or, in a turn that
 	 * found nothing and may sleep, from the sleeping epoll_wait below. */
-	n = run_posts(w);
+	n = atomic_load_explicit(&w->has_posts, memory_order_relaxed)
+		    ? run_posts(w)
+		    : 0;
 	n += poll_conns(w);
 	if (w->now_ns >= w->epoll_due_ns ||
 	    ++w->epoll_skipped >= ZCRPC_EPOLL_TURNS)
 		n += poll_epoll(w);
-	zcrpc__timers_run(w, w->now_ns); /* connection deadlines, keepalive */
+	if (timer_due(w)) /* connection deadlines, keepalive */
+		zcrpc__timers_run(w, w->now_ns);
 	reap(w);
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
@@ -690,7 +699,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 			w->in_progress = 0;
 			return ZCRPC_INTERNAL;
 		}
-		w->now_ns = zcrpc__now_ns();
+		w->now_ns = turn_now(w); /* a new turn's clock */
 		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
 		w->epoll_skipped = 0;
 		if (nev > 0)
