@@ -171,8 +171,10 @@ static zcrpc_status revive(struct zcrpc__pool *p, uint32_t ri)
 	return ZCRPC_OK;
 }
 
-/* Adds one region to class @ci. Returns OK or RESOURCE_EXHAUSTED. */
-static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
+/* Adds one region to class @ci. Returns OK or RESOURCE_EXHAUSTED. Never
+ * inlined: zcrpc__pool_get's hot path then needs no stack frame. */
+__attribute__((noinline)) static zcrpc_status grow(struct zcrpc__pool *p,
+						   unsigned ci)
 {
 	struct pool_class *c = &p->cls[ci];
 	uint32_t n = c->cfg.slots_per_region, i;

@@ -21,10 +21,11 @@
 #define ZCRPC_CM_EVENTS_PER_TURN 64
 /* A turn that does not sleep reads the epoll set (CM events, accepts,
  * setup-thread results, device events, the timerfd) once this long passed
- * since it was last read, or after this many turns, whichever comes
- * first: busy or idle, so steady traffic never starves those sources and
- * an idle busy-poll pass costs no system call. A turn about to sleep
- * reads it with its sleeping epoll_wait. */
+ * since it was last read by the turn's clock (a coarse one moves at its
+ * tick), or after this many turns, whichever comes first: busy or idle,
+ * so steady traffic never starves those sources and an idle busy-poll
+ * pass costs no system call. A turn about to sleep reads it with its
+ * sleeping epoll_wait. */
 #define ZCRPC_EPOLL_PERIOD_NS (100LL * 1000)
 #define ZCRPC_EPOLL_TURNS     64
 /* CLOCK_MONOTONIC_COARSE is used only with a tick at most this long. */
@@ -661,6 +662,7 @@ static int poll_epoll(zcrpc_worker *w)
 
 	w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
 	w->epoll_skipped = 0;
+	w->epoll_reads++;
 	nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, 0);
 	return nev > 0 ? handle_ready(w, evs, nev) : 0;
 }
@@ -693,6 +695,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		zcrpc__timers_run(w, w->now_ns);
 	reap(w);
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
+		w->epoll_reads++;
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
 		if (nev < 0 && errno != EINTR) {
 			zcrpc__worker_seterr(w, "epoll_wait: %s", strerror(errno));

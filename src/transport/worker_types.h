@@ -179,6 +179,7 @@ struct zcrpc_worker {
 	/* zcrpc_worker_progress's clock and epoll schedule (worker.c). */
 	int64_t coarse_res_ns;	/* CLOCK_MONOTONIC_COARSE's tick, 0: unused */
 	uint32_t epoll_skipped; /* turns since the epoll set was last read */
+	uint64_t epoll_reads;	/* epoll_wait calls, ever (tests) */
 };
 
 #endif /* ZCRPC_TRANSPORT_WORKER_TYPES_H */
