@@ -2,7 +2,7 @@
  * bandwidth of attachments, one JSON object per result line on stdout.
  *
  *   zcrpc_bench_rpc [-r both|server|client] [-a ADDR] [-p PORT]
- *                   [-m lat|tput|bw|cpu] [-s SIZES] [-n ITERS] [-w WARMUP]
+ *                   [-m lat|tput|bw|cpu|idle] [-s SIZES] [-n ITERS] [-w WARMUP]
  *                   [-c CONNS] [-d DEPTH] [-T SECONDS] [-B BYTES]
  *
  * -r both (default) runs the server (one worker, busy-polling) on a thread
@@ -22,6 +22,12 @@
  *    zcrpc_worker_progress(w, -1) (sleeping, so an idle poll loop is not
  *    counted); the loop is the function bench_measured_calls, for
  *    valgrind --tool=callgrind --toggle-collect=bench_measured_calls.
+ *    With -r server, the server sleeps in zcrpc_worker_progress(w, -1) as
+ *    well, in the function bench_server_loop (scripts/callgrind-calls
+ *    subtracts two runs to get the server's cost per call).
+ * -m idle: after -w calls, -n busy passes zcrpc_worker_progress(w, 0)
+ *    with nothing in flight, in the function bench_idle_passes (the cost
+ *    of an idle busy-poll pass).
  * Both sides use max_msg 8192 so a 4 KiB payload plus its frame header
  * travels in one message (the default 4096 would send it by rendezvous).
  */
@@ -38,6 +44,7 @@
 #define SINK "/zcrpc.bench.Bench/Sink"
 
 static volatile sig_atomic_t g_stop;
+static int g_server_timeout; /* -r server -m cpu: -1 (sleep) */
 static const char *g_addr = "192.0.2.1", *g_port = "18700";
 
 static void on_signal(int sig)
@@ -73,6 +80,14 @@ static void h_sink(zcrpc_server_call *call, const zcrpc_request *req, void *arg)
 	zcrpc_server_call_reply(call, ZCRPC_OK, NULL, &n, sizeof(n), NULL);
 }
 
+/* The server's loop (callgrind's --toggle-collect=bench_server_loop). */
+__attribute__((noinline)) void bench_server_loop(zcrpc_worker *w);
+__attribute__((noinline)) void bench_server_loop(zcrpc_worker *w)
+{
+	while (!g_stop)
+		zcrpc_worker_progress(w, g_server_timeout);
+}
+
 static void *server_main(void *arg)
 {
 	struct server *s = arg;
@@ -94,8 +109,7 @@ static void *server_main(void *arg)
 	}
 	fprintf(stderr, "server: listening on %s:%s\n", g_addr, g_port);
 	__atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
-	while (!g_stop)
-		zcrpc_worker_progress(w, 0);
+	bench_server_loop(w);
 out:
 	zcrpc_server_destroy(srv);
 	zcrpc_worker_destroy(w);
@@ -213,6 +227,16 @@ __attribute__((noinline)) int bench_measured_calls(struct client *cl, zcrpc_chan
 		if (one_call(cl, ch, -1))
 			return 1;
 	return 0;
+}
+
+/* Idle busy-poll passes (see -m idle). */
+__attribute__((noinline)) void bench_idle_passes(zcrpc_worker *w, long n);
+__attribute__((noinline)) void bench_idle_passes(zcrpc_worker *w, long n)
+{
+	long i;
+
+	for (i = 0; i < n; i++)
+		zcrpc_worker_progress(w, 0);
 }
 
 static void chan_done(zcrpc_channel *ch, const zcrpc_reply *r, void *arg);
@@ -407,7 +431,7 @@ int main(int argc, char **argv)
 		case 'B': total = atof(optarg); break;
 		default:
 			fprintf(stderr, "usage: %s [-r both|server|client] [-a ADDR] [-p PORT] "
-				"[-m lat|tput|bw|cpu] [-s SIZES] [-n ITERS] [-w WARMUP] [-c CONNS] "
+				"[-m lat|tput|bw|cpu|idle] [-s SIZES] [-n ITERS] [-w WARMUP] [-c CONNS] "
 				"[-d DEPTH] [-T SECONDS] [-B BYTES]\n", argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
@@ -418,7 +442,7 @@ int main(int argc, char **argv)
 	nsizes = bench_parse_sizes(sizes_arg, sizes, BENCH_MAX_SIZES);
 	if (nsizes < 1 || iters < 1 || warmup < 0 || nch < 1 || nch > 64 || secs <= 0 ||
 	    (strcmp(mode, "lat") && strcmp(mode, "tput") && strcmp(mode, "bw") &&
-	     strcmp(mode, "cpu"))) {
+	     strcmp(mode, "cpu") && strcmp(mode, "idle"))) {
 		fprintf(stderr, "bad arguments\n");
 		return 2;
 	}
@@ -426,6 +450,8 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_signal);
 
 	if (!strcmp(role, "server")) {
+		if (!strcmp(mode, "cpu"))
+			g_server_timeout = -1;
 		server_main(&srv);
 		return srv.failed;
 	}
@@ -447,7 +473,7 @@ int main(int argc, char **argv)
 	cl.echo_id = zcrpc_method_id(ECHO);
 	cl.sink_id = zcrpc_method_id(SINK);
 	zcrpc_channel_opts_init(&chopts);
-	if (!strcmp(mode, "cpu"))
+	if (!strcmp(mode, "cpu") || !strcmp(mode, "idle"))
 		chopts.connect_timeout_ms = 300000; /* valgrind is slow to connect */
 	if (!strcmp(mode, "tput") || !strcmp(mode, "bw")) {
 		if (!strcmp(mode, "bw"))
@@ -473,6 +499,14 @@ int main(int argc, char **argv)
 		rc = run_tput(&cl, cs, nch, depth > 0 ? depth : 64, secs);
 	} else if (!strcmp(mode, "bw")) {
 		rc = run_bw(&cl, &cs[0], sizes, nsizes, total, depth);
+	} else if (!strcmp(mode, "idle")) {
+		cl.size = sizes[0];
+		for (i = 0; i < warmup; i++)
+			if (one_call(&cl, cs[0].ch, -1))
+				goto out;
+		bench_idle_passes(cl.w, iters);
+		rc = 0;
+		printf("{\"bench\":\"zcrpc_rpc_idle\",\"passes\":%ld}\n", iters);
 	} else {
 		cl.size = sizes[0];
 		for (i = 0; i < warmup; i++)

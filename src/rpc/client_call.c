@@ -17,10 +17,14 @@ static void release_buffers(zcrpc_channel *ch, struct ccall *c)
 		zcrpc_msg_free(ch->w, &c->reply_msg);
 		c->has_reply_msg = 0;
 	}
-	zcrpc__bulk_put(&ch->bulk, c->src_buf);
-	c->src_buf = NULL;
-	zcrpc__bulk_put(&ch->bulk, c->dst_buf);
-	c->dst_buf = NULL;
+	if (c->src_buf) {
+		zcrpc__bulk_put(&ch->bulk, c->src_buf);
+		c->src_buf = NULL;
+	}
+	if (c->dst_buf) {
+		zcrpc__bulk_put(&ch->bulk, c->dst_buf);
+		c->dst_buf = NULL;
+	}
 }
 
 static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r);
@@ -34,7 +38,8 @@ void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c)
 			zcrpc_reply r;
 
 			c->deliver_late = 0;
-			zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
+			/* as zcrpc__abi_sized_init */
+			r = (zcrpc_reply){.size = sizeof(r)};
 			r.status = c->status;
 			r.message = c->message;
 			deliver(ch, c, &r);
@@ -113,7 +118,7 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 	zcrpc_reply r;
 	char msgbuf[1025];
 
-	zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
+	r = (zcrpc_reply){.size = sizeof(r)}; /* as zcrpc__abi_sized_init */
 	r.status = (zcrpc_status)f->status;
 	r.n_md = zcrpc__md_view(f, md);
 	r.md = md;
@@ -148,7 +153,8 @@ void zcrpc__channel_run_done(zcrpc_channel *ch)
 		zcrpc_reply r;
 
 		zcrpc__list_remove(&c->link);
-		zcrpc__abi_sized_init(&r, sizeof(r), sizeof(r));
+		/* as zcrpc__abi_sized_init */
+		r = (zcrpc_reply){.size = sizeof(r)};
 		r.status = c->status;
 		r.message = c->message;
 		/* The caller's own reply_into memory is handed back only once
@@ -258,9 +264,11 @@ void zcrpc__channel_flush_queue(zcrpc_channel *ch)
 
 	if (!ch->conn || !ch->conn_up)
 		return;
-	if (zcrpc__channel_send_cancels(ch, ch->conn))
+	/* (the lists are looked at here: both are empty on the hot path) */
+	if (ch->cancels && zcrpc__channel_send_cancels(ch, ch->conn))
 		return; /* cancels first: they free the server's window */
-	if (zcrpc__channel_send_grants(ch, ch->conn))
+	if (!zcrpc__list_empty(&ch->grants) &&
+	    zcrpc__channel_send_grants(ch, ch->conn))
 		return; /* grants first: their replies wait at the server */
 	while ((c = zcrpc__channel_queue_first(ch))) {
 		zcrpc_status st = zcrpc_conn_send_msg(ch->conn, &c->out.msg,
@@ -359,6 +367,10 @@ void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
 		zcrpc__timer_start(ch->w, &ch->timer, next_due);
 }
 
+/* zcrpc_call_opts_init's values, copied per call without the ABI pass. */
+static const zcrpc_call_opts call_opts_default = {
+	.size = sizeof(zcrpc_call_opts)};
+
 void zcrpc_call_opts_init_sized(zcrpc_call_opts *caller, size_t size)
 {
 	zcrpc_call_opts d, *o = &d;
@@ -378,7 +390,7 @@ static void copy_fill(void *dst, size_t len, void *ctx)
 static zcrpc_status check_opts(zcrpc_channel *ch, const zcrpc_call_opts *co,
 			       size_t len, size_t *inline_cap)
 {
-	size_t mdl = zcrpc__md_bytes(co->md, co->n_md);
+	size_t mdl = zcrpc__md_bytes(co->md, co->n_md), max_msg;
 
 	if (mdl == (size_t)-1 || co->timeout_us < 0)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -392,8 +404,9 @@ static zcrpc_status check_opts(zcrpc_channel *ch, const zcrpc_call_opts *co,
 			      co->reply_into->offset, co->reply_into->len,
 			      ZCRPC_MR_REMOTE_WRITE))
 		return ZCRPC_INVALID_ARGUMENT;
-	*inline_cap = zcrpc__worker_max_msg(ch->w) - ZCRPC_FRAME_HDR_LEN - mdl;
-	if (zcrpc__worker_max_msg(ch->w) < ZCRPC_FRAME_HDR_LEN + mdl)
+	max_msg = zcrpc__worker_max_msg(ch->w);
+	*inline_cap = max_msg - ZCRPC_FRAME_HDR_LEN - mdl;
+	if (max_msg < ZCRPC_FRAME_HDR_LEN + mdl)
 		return ZCRPC_INVALID_ARGUMENT;
 	if ((len > ch->o.bulk_threshold || len > *inline_cap) && co->attachment)
 		return ZCRPC_INVALID_ARGUMENT; /* one bulk part per message */
@@ -540,7 +553,7 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		return ZCRPC_INVALID_ARGUMENT;
 	if (ch->destroying)
 		return ZCRPC_FAILED_PRECONDITION;
-	zcrpc_call_opts_init(&co);
+	co = call_opts_default; /* what zcrpc_call_opts_init gives */
 	if (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
 	st = check_opts(ch, &co, len, &inline_cap);

@@ -40,8 +40,10 @@ void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c)
 	free(c->reply_heap);
 	if (c->req_grant && c->req_bulk) /* freed with its connection */
 		c->req_bulk->keep_until_ns = zcrpc__now_ns() + ZCRPC_WINDOW_GRACE_NS;
-	zcrpc__bulk_put(&s->bulk, c->req_bulk);
-	zcrpc__bulk_put(&s->bulk, c->reply_buf);
+	if (c->req_bulk)
+		zcrpc__bulk_put(&s->bulk, c->req_bulk);
+	if (c->reply_buf)
+		zcrpc__bulk_put(&s->bulk, c->reply_buf);
 	if (c->on_done) {
 		void (*fn)(void *, zcrpc_status) = c->on_done;
 
@@ -70,7 +72,7 @@ static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 		zcrpc__scall_free(s, c);
 		return;
 	}
-	zcrpc__abi_sized_init(r, sizeof(*r), sizeof(*r));
+	*r = (zcrpc_request){.size = sizeof(*r)}; /* as zcrpc__abi_sized_init */
 	r->method_id = c->f.method_id;
 	if (c->f.flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK) {
 		r->data = c->req_bulk->ptr;

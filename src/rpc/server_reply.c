@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* zcrpc_reply_opts_init's values, copied per reply without the ABI pass. */
+static const zcrpc_reply_opts reply_opts_default = {
+	.size = sizeof(zcrpc_reply_opts)};
+
 void zcrpc_reply_opts_init_sized(zcrpc_reply_opts *caller, size_t size)
 {
 	zcrpc_reply_opts d;
@@ -183,7 +187,7 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 
 	if (!c || c->state != SS_RUNNING)
 		return ZCRPC_INVALID_ARGUMENT;
-	zcrpc_reply_opts_init(&ro);
+	ro = reply_opts_default; /* what zcrpc_reply_opts_init gives */
 	if (o && ZCRPC__ABI_IN(&ro, o, ZCRPC__MIN_REPLY_OPTS) != ZCRPC_OK)
 		return reply_invalid(c);
 	s = c->s;

@@ -13,6 +13,7 @@
  * that named its slots stay refused; grow() brings it back first. */
 struct region {
 	unsigned cls;
+	uint32_t slot_size; /* its class's, kept here for fill() */
 	uint8_t *base;	   /* NULL: dormant */
 	uint32_t nslots;
 	void *handle;
@@ -170,8 +171,10 @@ static zcrpc_status revive(struct zcrpc__pool *p, uint32_t ri)
 	return ZCRPC_OK;
 }
 
-/* Adds one region to class @ci. Returns OK or RESOURCE_EXHAUSTED. */
-static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
+/* Adds one region to class @ci. Returns OK or RESOURCE_EXHAUSTED. Never
+ * inlined: zcrpc__pool_get's hot path then needs no stack frame. */
+__attribute__((noinline)) static zcrpc_status grow(struct zcrpc__pool *p,
+						   unsigned ci)
 {
 	struct pool_class *c = &p->cls[ci];
 	uint32_t n = c->cfg.slots_per_region, i;
@@ -203,6 +206,7 @@ static zcrpc_status grow(struct zcrpc__pool *p, unsigned ci)
 	if (!r)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	r->cls = ci;
+	r->slot_size = c->cfg.slot_size;
 	r->nslots = n;
 	bytes = (size_t)n * c->cfg.slot_size;
 	r->gen = calloc(n, sizeof(*r->gen));
@@ -227,7 +231,7 @@ static void fill(const struct zcrpc__pool *p, uint32_t ri, uint32_t idx,
 		 struct zcrpc__slot *out)
 {
 	const struct region *r = p->regions[ri];
-	uint32_t size = p->cls[r->cls].cfg.slot_size;
+	uint32_t size = r->slot_size;
 
 	out->id = ZCRPC_SLOT_ID(ri, idx, r->gen[idx]);
 	out->ptr = r->base + (size_t)idx * size;
@@ -244,6 +248,7 @@ zcrpc_status zcrpc__pool_get(struct zcrpc__pool *p, size_t need,
 
 	for (ci = 0; ci < p->nclasses; ci++) {
 		struct pool_class *c = &p->cls[ci];
+		struct region *r;
 		uint64_t e;
 		uint32_t ri, idx;
 
@@ -257,12 +262,17 @@ zcrpc_status zcrpc__pool_get(struct zcrpc__pool *p, size_t need,
 		e = c->free[--c->nfree];
 		ri = (uint32_t)(e >> 24);
 		idx = (uint32_t)(e & 0xffffffU);
-		p->regions[ri]->in_use[idx] = 1;
-		p->regions[ri]->nuse++;
-		p->regions[ri]->gets++;
+		r = p->regions[ri];
+		r->in_use[idx] = 1;
+		r->nuse++;
+		r->gets++;
 		c->st.in_use++;
 		c->st.gets++;
-		fill(p, ri, idx, out);
+		out->id = ZCRPC_SLOT_ID(ri, idx, r->gen[idx]);
+		out->ptr = r->base + (size_t)idx * r->slot_size;
+		out->size = r->slot_size;
+		out->cls = ci;
+		out->lkeys = r->lkeys;
 		return ZCRPC_OK;
 	}
 	return fits ? ZCRPC_RESOURCE_EXHAUSTED : ZCRPC_INVALID_ARGUMENT;

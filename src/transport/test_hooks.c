@@ -104,6 +104,11 @@ zcrpc_status zcrpc__conn_test_auth_sent(const zcrpc_conn *c, uint8_t *proof)
 	return ZCRPC_OK;
 }
 
+uint64_t zcrpc__worker_test_epoll_reads(const zcrpc_worker *w)
+{
+	return w->epoll_reads;
+}
+
 zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 					    enum ibv_event_type type)
 {

@@ -18,6 +18,10 @@
 extern "C" {
 #endif
 
+/* How many times @w called epoll_wait (its progress turns' reads of the
+ * epoll set, sleeping or not). */
+uint64_t zcrpc__worker_test_epoll_reads(const zcrpc_worker *w);
+
 /* Handles @type (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, CQ_ERR) for @c's QP or
  * CQ as if @w had read it from the device (rxe 6.1 raises no QP events).
  * Returns INVALID_ARGUMENT when @c has no QP. */

@@ -19,11 +19,17 @@
 #define ZCRPC_MAX_EVENTS 32
 /* CM events handled per turn, at most (the channel stays readable). */
 #define ZCRPC_CM_EVENTS_PER_TURN 64
-/* A busy turn (one that found completions or posted functions) still reads
- * the epoll set once this long passed since it was last read, so steady
- * traffic never starves CM events, accepts, setup-thread results and
- * device events. */
+/* A turn that does not sleep reads the epoll set (CM events, accepts,
+ * setup-thread results, device events, the timerfd) once this long passed
+ * since it was last read by the turn's clock (a coarse one moves at its
+ * tick), or after this many turns, whichever comes first: busy or idle,
+ * so steady traffic never starves those sources and an idle busy-poll
+ * pass costs no system call. A turn about to sleep reads it with its
+ * sleeping epoll_wait. */
 #define ZCRPC_EPOLL_PERIOD_NS (100LL * 1000)
+#define ZCRPC_EPOLL_TURNS     64
+/* CLOCK_MONOTONIC_COARSE is used only with a tick at most this long. */
+#define ZCRPC_COARSE_MAX_NS (10LL * 1000 * 1000)
 
 int64_t zcrpc__now_ns(void)
 {
@@ -31,6 +37,40 @@ int64_t zcrpc__now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* CLOCK_MONOTONIC_COARSE's tick, or 0 when it has none worth using. */
+static int64_t coarse_res_ns(void)
+{
+	struct timespec ts;
+	int64_t r;
+
+	if (clock_getres(CLOCK_MONOTONIC_COARSE, &ts))
+		return 0;
+	r = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	return r > 0 && r <= ZCRPC_COARSE_MAX_NS ? r : 0;
+}
+
+/* The clock of a progress turn, read once per turn. CLOCK_MONOTONIC_COARSE
+ * (the time at the last tick: never a system call, where the precise
+ * clock may be one — a guest on HPET) is at most one tick behind
+ * CLOCK_MONOTONIC; it serves what needs no better than a tick: the epoll
+ * schedule, last_active_ns / last_data_ns and so keepalive (seconds) and
+ * the idle credit release. Timers need ms (call deadlines) or run "now"
+ * (deferred work): a turn whose earliest timer falls due within a tick
+ * reads CLOCK_MONOTONIC, so no timer runs later than with it. */
+static int64_t turn_now(const zcrpc_worker *w)
+{
+	const struct zcrpc__timer *t = w->timers.min;
+	struct timespec ts;
+	int64_t now;
+
+	if (!w->coarse_res_ns || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts))
+		return zcrpc__now_ns();
+	now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	if (t && t->due_ns <= now + w->coarse_res_ns)
+		return zcrpc__now_ns();
+	return now;
 }
 
 void zcrpc__worker_seterr(zcrpc_worker *w, const char *fmt, ...)
@@ -218,6 +258,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	zcrpc__timers_init(w);
 	w->keepalive.fn = check_keepalives;
 	w->now_ns = zcrpc__now_ns();
+	w->coarse_res_ns = coarse_res_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
 		goto err_post_lock;
@@ -610,6 +651,26 @@ zcrpc_status zcrpc_worker_arm(zcrpc_worker *w)
 	return busy ? ZCRPC_RESOURCE_EXHAUSTED : ZCRPC_OK;
 }
 
+/* A timer is due at the turn's clock (zcrpc__timers_run's own first
+ * check, here so that a turn with none due makes no call). */
+static inline int timer_due(const zcrpc_worker *w)
+{
+	return w->timers.min && w->timers.min->due_ns <= w->now_ns;
+}
+
+/* Reads the epoll set without waiting and handles what is ready. */
+static int poll_epoll(zcrpc_worker *w)
+{
+	struct epoll_event evs[ZCRPC_MAX_EVENTS];
+	int nev;
+
+	w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
+	w->epoll_skipped = 0;
+	w->epoll_reads++;
+	nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, 0);
+	return nev > 0 ? handle_ready(w, evs, nev) : 0;
+}
+
 zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 {
 	struct epoll_event evs[ZCRPC_MAX_EVENTS];
@@ -621,30 +682,33 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		return ZCRPC_FAILED_PRECONDITION;
 	w->in_progress = 1;
 	w->posts_ran = 0;
-	w->now_ns = zcrpc__now_ns();
+	w->now_ns = turn_now(w);
 
 	/* Every source makes bounded progress in every turn: the posts
-	 * queued so far, a bounded share of each CQ, and the epoll set when
-	 * the turn found nothing else or ZCRPC_EPOLL_PERIOD_NS passed. */
-	n = run_posts(w);
+	 * queued so far, a bounded share of each CQ, and the epoll set on
+	 * its schedule (ZCRPC_EPOLL_PERIOD_NS / _TURNS) — or, in a turn that
+	 * found nothing and may sleep, from the sleeping epoll_wait below. */
+	n = atomic_load_explicit(&w->has_posts, memory_order_relaxed)
+		    ? run_posts(w)
+		    : 0;
 	n += poll_conns(w);
-	if (n == 0 || w->now_ns >= w->epoll_due_ns) {
-		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
-		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, 0);
-		if (nev > 0)
-			n += handle_ready(w, evs, nev);
-	}
-	zcrpc__timers_run(w, w->now_ns); /* connection deadlines, keepalive */
+	if (w->now_ns >= w->epoll_due_ns ||
+	    ++w->epoll_skipped >= ZCRPC_EPOLL_TURNS)
+		n += poll_epoll(w);
+	if (timer_due(w)) /* connection deadlines, keepalive */
+		zcrpc__timers_run(w, w->now_ns);
 	reap(w);
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
+		w->epoll_reads++;
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
 		if (nev < 0 && errno != EINTR) {
 			zcrpc__worker_seterr(w, "epoll_wait: %s", strerror(errno));
 			w->in_progress = 0;
 			return ZCRPC_INTERNAL;
 		}
-		w->now_ns = zcrpc__now_ns();
+		w->now_ns = turn_now(w); /* a new turn's clock */
 		w->epoll_due_ns = w->now_ns + ZCRPC_EPOLL_PERIOD_NS;
+		w->epoll_skipped = 0;
 		if (nev > 0)
 			handle_ready(w, evs, nev);
 		poll_conns(w);

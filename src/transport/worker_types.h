@@ -213,6 +213,10 @@ struct zcrpc_worker {
 	uint32_t test_no_features; /* tests: bits its hellos leave out */
 #endif
 	char err[192];
+	/* zcrpc_worker_progress's clock and epoll schedule (worker.c). */
+	int64_t coarse_res_ns;	/* CLOCK_MONOTONIC_COARSE's tick, 0: unused */
+	uint32_t epoll_skipped; /* turns since the epoll set was last read */
+	uint64_t epoll_reads;	/* epoll_wait calls, ever (tests) */
 };
 
 #endif /* ZCRPC_TRANSPORT_WORKER_TYPES_H */
