@@ -94,8 +94,7 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 			.num_sge = piece ? 1 : 0, /* 0: test hook only */
 			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
 		};
-		struct zcrpc__sq_entry e = {
-			ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL, 0};
+		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL};
 		int rc;
 
 		if (imm && c->credits < zcrpc__credits_for_data(c)) {
