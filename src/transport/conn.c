@@ -474,9 +474,17 @@ static void on_deadline(struct zcrpc__timer *t, int64_t now)
 				 c->timeout_ms,
 				 c->auth_phase ? " (no key proof)" : "");
 	} else if (c->state == ZCRPC_CONN_CONNECTING) {
+		/* Say which step was still pending: resolution (the setup
+		 * thread), the server's answer to the request, or the key
+		 * proof. */
 		zcrpc__conn_fail(c, ZCRPC_DEADLINE_EXCEEDED,
-				 "connect deadline of %d ms exceeded",
-				 c->timeout_ms);
+				 "connect deadline of %d ms exceeded (%s)",
+				 c->timeout_ms,
+				 c->job ? "resolving the address and route"
+				 : c->auth_phase ? "proving the key"
+				 : c->migrated
+					 ? "no answer to the connect request"
+					 : "setting up the connection");
 	}
 }
 

@@ -205,6 +205,7 @@ struct zcrpc_conn {
 	zcrpc_conn_stats stats;
 #ifdef ZCRPC_TESTING
 	unsigned test_broken : 1; /* zcrpc__conn_test_break_qp(): frozen */
+	unsigned test_no_flow : 1; /* zcrpc__conn_test_no_flow_control() */
 	uint8_t test_auth_mode;	  /* zcrpc__conn_test_auth() */
 	uint8_t test_auth_proof[ZCRPC_AUTH_PROOF_LEN];
 #endif

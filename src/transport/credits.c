@@ -75,6 +75,13 @@ int zcrpc__credits_returned(zcrpc_conn *c, uint32_t got)
 				? ZCRPC_MAX_QUEUE_DEPTH
 				: c->peer_recv_depth;
 
+	/* The flow-control-off hook added 2^20 credits the peer never
+	 * granted: its returns then always look excessive (T10 flaked with
+	 * this violation instead of the RNR it is after). */
+	if (ZCRPC_TEST_NO_FLOW(c)) {
+		c->credits += got;
+		return 0;
+	}
 	if (c->credits > most || got > most - c->credits) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: peer returned more credits than it granted");

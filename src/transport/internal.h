@@ -28,6 +28,8 @@
 #include "test_hooks.h"
 /* zcrpc__conn_test_break_qp(): the connection is frozen. */
 #define ZCRPC_CONN_FROZEN(c) ((c)->test_broken)
+/* zcrpc__conn_test_no_flow_control(): credits without a limit. */
+#define ZCRPC_TEST_NO_FLOW(c) ((c)->test_no_flow)
 /* zcrpc__worker_test_clear_features(): feature bits its hellos leave out. */
 #define ZCRPC_TEST_NO_FEATURES(w) ((w)->test_no_features)
 /* zcrpc__test_allow_zero_writes(): zcrpc_conn_write() takes a length 0. */
@@ -38,6 +40,7 @@ int zcrpc__testing_zero_writes(void);
 const uint8_t *zcrpc__auth_sent_proof(const zcrpc_conn *c);
 #else
 #define ZCRPC_CONN_FROZEN(c)	  ((void)(c), 0)
+#define ZCRPC_TEST_NO_FLOW(c)	  ((void)(c), 0)
 #define ZCRPC_TEST_NO_FEATURES(w) ((void)(w), 0u)
 #define ZCRPC_TEST_ZERO_WRITES_OK 0
 #endif

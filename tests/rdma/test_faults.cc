@@ -334,9 +334,15 @@ TEST_F(Faults, FlowControlOffSurfacesRnrAndClosesOnlyThatConnection)
 		<< b.echoes << " of " << sent << " echoed";
 
 	// Flow control off (a): the RNR error surfaces and closes a only.
+	// First one echo with the hook on: the credit it returns must not
+	// read as a protocol violation (the hook's credits were never
+	// granted; the flood below flaked with that error instead of RNR).
+	ASSERT_EQ(zcrpc__conn_test_no_flow_control(a.c), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_conn_send(a.c, "credit", 6), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return a.echoes == 1 || a.closed; }, ScaledMs(5000)));
+	ASSERT_EQ(a.closed, 0) << a.error;
 	server.paused = true;
 	std::this_thread::sleep_for(5ms);
-	ASSERT_EQ(zcrpc__conn_test_no_flow_control(a.c), ZCRPC_OK);
 	int64_t rnr1 = rnr();
 	workload(a, &sent, &refused, 1 << 20);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return a.closed > 0; }, ScaledMs(10000)))
