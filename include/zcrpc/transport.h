@@ -721,7 +721,11 @@ typedef struct zcrpc_conn_stats {
 	uint64_t share_raises; /**< times the peer's share was doubled */
 	uint64_t credits_released; /**< credits this side gave back while idle
 				      (RELEASE) */
-				   /* New counters go here. */
+	uint64_t wr_unsignaled; /**< send-queue work requests posted without a
+				   completion of their own (reaped by a later
+				   signaled one: docs/design.md "Send ring
+				   and signaling") */
+				/* New counters go here. */
 } zcrpc_conn_stats;
 
 /**

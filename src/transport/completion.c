@@ -69,6 +69,11 @@ void zcrpc__conn_on_wc(zcrpc_conn *c, const struct ibv_wc *wc)
 				   wc->wr_id >= c->sq_head && wc->wr_id < c->sq_tail
 			   ? c->sq[wc->wr_id % c->sq_size].kind
 			   : 0;
+
+		if (kind == ZCRPC_SQ_INLINE || kind == ZCRPC_SQ_MSG_LAST)
+			kind = ZCRPC_SQ_MSG;
+		else if (kind == ZCRPC_SQ_FENCE)
+			kind = ZCRPC_SQ_KEEPALIVE; /* the same 0-byte write */
 		int probe = kind == ZCRPC_SQ_KEEPALIVE;
 
 		zcrpc__sq_complete(c, wc->wr_id, wc->status);

@@ -144,7 +144,8 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	/* As many send-queue slots again for binding and invalidating
 	 * memory windows (mw.c): they cost no peer credit. */
 	c->mw.depth = c->sq_depth;
-	c->sq_size = c->sq_depth + c->mw.depth;
+	/* and one for a fence ahead of a drain (send_queue.c) */
+	c->sq_size = c->sq_depth + c->mw.depth + 1;
 	c->share_min = c->recv_depth < w->opts.recv_share ? c->recv_depth
 							  : w->opts.recv_share;
 #ifdef ZCRPC_TESTING
@@ -619,17 +620,20 @@ static void drain_own(zcrpc_conn *c)
 static void collect_flushes(zcrpc_conn *c)
 {
 	uint64_t posted = c->sq_posted - c->sq_head;
-	uint64_t seen = 0;
+	uint64_t seen = 0, last = c->sq_posted - 1;
 	int64_t until = zcrpc__now_ns() + ZCRPC_FLUSH_WAIT_NS;
 	struct ibv_qp_attr attr;
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
-	int i, n;
+	int i, n, done = posted == 0;
 
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_ERR;
 	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
 		return; /* nothing will flush: counted as unflushed below */
-	while (seen < posted && zcrpc__now_ns() < until) {
+	/* An unsignaled WR that completed before the error makes no
+	 * completion: the last one posted (every WR flushes once the QP is in
+	 * error, signaled or not) says all are done. */
+	while (!done && zcrpc__now_ns() < until) {
 		n = zcrpc__cq_take(c, wc, ZCRPC_POLL_BATCH);
 		if (n < 0)
 			break;
@@ -641,11 +645,12 @@ static void collect_flushes(zcrpc_conn *c)
 			if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
 				c->stats.flushed_wcs++;
 			seen++;
+			done |= wc[i].wr_id == last;
 		}
 		if (!n)
 			sched_yield();
 	}
-	if (seen < posted)
+	if (!done && seen < posted)
 		c->stats.unflushed_wrs += posted - seen;
 }
 

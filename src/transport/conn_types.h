@@ -64,6 +64,8 @@ enum zcrpc__sq_kind {
 	ZCRPC_SQ_BIND = 4,	/* IBV_WR_BIND_MW of a grant (mw.c) */
 	ZCRPC_SQ_INV = 5,	/* IBV_WR_LOCAL_INV revoking a grant (mw.c) */
 	ZCRPC_SQ_MSG_LAST = 6, /* a message after which the connection closes */
+	ZCRPC_SQ_INLINE = 7,   /* a message sent inline: its slot went back */
+	ZCRPC_SQ_FENCE = 8,    /* a signaled 0-byte WRITE ahead of a drain */
 };
 
 struct zcrpc__sq_entry {
@@ -72,6 +74,7 @@ struct zcrpc__sq_entry {
 	struct zcrpc__write_op *op;    /* last piece of a write, else NULL */
 	struct zcrpc_grant *g;	       /* BIND / INV: the window */
 	struct zcrpc__deferred_wr *dw; /* not posted yet (send_queue.c) */
+	uint8_t force_signal;	       /* post it signaled */
 };
 
 /* A work request held back behind a BIND / LOCAL_INV that waits for the
@@ -175,6 +178,13 @@ struct zcrpc_conn {
 	struct zcrpc__sq_entry *sq;
 	uint64_t sq_head, sq_tail; /* sequence numbers */
 	uint64_t sq_posted; /* [sq_head, sq_posted) posted; the rest deferred */
+	/* Every WR before it is followed by a signaled one (send_queue.c):
+	 * [sq_sig_next, sq_posted) are posted unsignaled with none after. */
+	uint64_t sq_sig_next;
+	uint32_t sq_fences; /* ZCRPC_SQ_FENCE entries in the ring (0 or 1) */
+	/* A local operation waited for a drain here (the rxe quirk): from then
+	 * on every WR is signaled, so later ones need no fence. */
+	unsigned sq_signal_all : 1;
 	struct zcrpc__write_op *wq, *wq_tail; /* writes not fully posted */
 
 	/* Credits (docs/protocol.md §3). */

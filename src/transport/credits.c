@@ -27,7 +27,7 @@ int zcrpc__credits_post_msg(zcrpc_conn *c, const struct zcrpc__slot *s,
 		.num_sge = 1,
 		.opcode = IBV_WR_SEND,
 	};
-	struct zcrpc__sq_entry e = {kind, s->id, NULL, NULL, NULL};
+	struct zcrpc__sq_entry e = {kind, s->id, NULL, NULL, NULL, 0};
 	int rc;
 
 	s->ptr[0] = type;
@@ -36,7 +36,11 @@ int zcrpc__credits_post_msg(zcrpc_conn *c, const struct zcrpc__slot *s,
 	zcrpc__put_le32(s->ptr + 4, (uint32_t)len);
 	if (sge.length <= c->max_inline)
 		wr.send_flags |= IBV_SEND_INLINE;
-	rc = zcrpc__sq_post(c, &wr, &e, kind == ZCRPC_SQ_MSG_LAST);
+	/* The last message and a CLOSE are signaled: the close waits for
+	 * their completion (conn.c). */
+	rc = zcrpc__sq_post(c, &wr, &e,
+			    kind == ZCRPC_SQ_MSG_LAST ||
+				    type == ZCRPC_MSG_CLOSE);
 	if (rc)
 		return rc;
 	c->credits--;

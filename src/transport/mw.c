@@ -59,7 +59,7 @@ zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
 {
 	struct zcrpc_grant *g;
 	struct ibv_send_wr wr;
-	struct zcrpc__sq_entry e = {ZCRPC_SQ_BIND, 0, NULL, NULL, NULL};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_BIND, 0, NULL, NULL, NULL, 0};
 	uint32_t rkey;
 	int rc;
 
@@ -127,7 +127,7 @@ zcrpc_status zcrpc_mr_grant(const zcrpc_mr *mr, zcrpc_conn *conn,
 static int post_inv(zcrpc_conn *c, struct zcrpc_grant *g)
 {
 	struct ibv_send_wr wr;
-	struct zcrpc__sq_entry e = {ZCRPC_SQ_INV, 0, NULL, NULL, NULL};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_INV, 0, NULL, NULL, NULL, 0};
 	int rc;
 
 	memset(&wr, 0, sizeof(wr));

@@ -39,6 +39,7 @@ void zcrpc__profile_probe(struct zcrpc__dev_profile *p,
 	 * providers run local operations once; no drain there (untested
 	 * here: docs/testing.md). */
 	p->bind_needs_drain = p->provider == ZCRPC_PROV_RXE;
+	p->selective_signal = 1; /* every provider honours unsignaled WRs */
 }
 
 const char *zcrpc__provider_name(enum zcrpc__provider prov)

@@ -27,6 +27,9 @@ struct zcrpc__dev_profile {
 	 * send_queue.c). Devices without it post them in order with the
 	 * rest. */
 	unsigned bind_needs_drain : 1;
+	/* Sends may go unsignaled (send_queue.c signals every 16th and each
+	 * whose completion returns something); off: every WR signaled. */
+	unsigned selective_signal : 1;
 };
 
 /* Fills @p from the device's attributes (queried by the caller). */

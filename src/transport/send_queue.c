@@ -1,8 +1,9 @@
 /* zcrpc — a connection's send queue: the ring of every posted, unreaped
  * work request (messages, write pieces, keepalive probes, memory-window
- * binds and invalidations; every WR signaled, RC completes in order), the
- * deferral of work requests behind a local operation (docs/design.md,
- * "Local operations on the send queue"), and reaping on completion. */
+ * binds and invalidations), selective signaling (RC completes in order: a
+ * signaled completion reaps every entry before it), the deferral of work
+ * requests behind a local operation (docs/design.md, "Local operations on
+ * the send queue"), and reaping on completion. */
 #include "internal.h"
 
 #include <errno.h>
@@ -18,6 +19,8 @@ static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 		zcrpc__pool_put(c->w->pool, e->slot);
 	else if (e->kind == ZCRPC_SQ_KEEPALIVE)
 		c->ka_outstanding = 0;
+	else if (e->kind == ZCRPC_SQ_FENCE)
+		c->sq_fences--;
 	else if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
 		zcrpc__mw_reaped(c, e, st);
 	if (e->op) {
@@ -49,8 +52,8 @@ void zcrpc__sq_flush_all(zcrpc_conn *c)
  * their own (c->mw.depth), so grants never starve sends, nor the reverse. */
 int zcrpc__sq_room(const zcrpc_conn *c)
 {
-	return (int)(c->sq_depth -
-		     ((uint32_t)(c->sq_tail - c->sq_head) - c->mw.used));
+	return (int)(c->sq_depth - ((uint32_t)(c->sq_tail - c->sq_head) -
+				    c->mw.used - c->sq_fences));
 }
 
 /* rxe (Linux 6.1) re-executes a BIND_MW or LOCAL_INV that already ran
@@ -68,33 +71,103 @@ static int is_local_op(const struct ibv_send_wr *wr)
 	return wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
 }
 
-static int hand_over(zcrpc_conn *c, struct ibv_send_wr *wr)
+/* Whether the WR of ring entry @e (sequence @seq) is posted signaled.
+ * Unsignaled where the device allows it, except every Nth (N = 16, at most
+ * half the send depth, so the ring's room always comes back) and those
+ * whose completion returns something: a message's pool slot (one sent
+ * inline gave its slot back at post), a write's on_write_done, a probe's
+ * verdict, a window's bind or invalidation, the last message. */
+static int must_signal(const zcrpc_conn *c, const struct ibv_send_wr *wr,
+		       const struct zcrpc__sq_entry *e, uint64_t seq)
 {
-	struct ibv_send_wr *bad;
-	int rc = ibv_post_send(c->id->qp, wr, &bad);
+	uint32_t every = c->sq_depth / 2 < 16 ? c->sq_depth / 2 : 16;
 
-	if (!rc)
-		c->sq_posted++;
-	return rc;
+	if (e->force_signal || !c->dev->prof->selective_signal || every < 2 ||
+	    c->sq_signal_all)
+		return 1;
+	if (e->kind == ZCRPC_SQ_MSG) {
+		if (!(wr->send_flags & IBV_SEND_INLINE))
+			return 1;
+	} else if (e->kind != ZCRPC_SQ_WRITE || e->op) {
+		return 1;
+	}
+	return seq + 1 - c->sq_sig_next >= every;
 }
 
-/* Posts @wr, recording @e in the ring under the WR's sequence number.
- * Every WR is signaled, so that the ring knows when the queue has drained
- * (a local operation waits for that); RC completes in order. Returns 0 or
- * the ibv_post_send error (ENOMEM when a WR could not be held back). */
-int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
-		   const struct zcrpc__sq_entry *e, int force_signal)
+/* Posts @wr of ring entry @e. A message sent inline gives its slot back at
+ * once (the device copied it). */
+static int hand_over(zcrpc_conn *c, struct ibv_send_wr *wr,
+		     struct zcrpc__sq_entry *e)
 {
+	struct ibv_send_wr *bad;
+	int sig = must_signal(c, wr, e, wr->wr_id), rc;
+
+	if (sig)
+		wr->send_flags |= IBV_SEND_SIGNALED;
+	else
+		wr->send_flags &= ~(unsigned)IBV_SEND_SIGNALED;
+	rc = ibv_post_send(c->id->qp, wr, &bad);
+	if (rc)
+		return rc;
+	c->sq_posted++;
+	if (sig)
+		c->sq_sig_next = c->sq_posted;
+	else
+		c->stats.wr_unsignaled++;
+	if (e->kind == ZCRPC_SQ_MSG && (wr->send_flags & IBV_SEND_INLINE)) {
+		zcrpc__pool_put(c->w->pool, e->slot);
+		e->kind = ZCRPC_SQ_INLINE;
+	}
+	return 0;
+}
+
+/* A local operation must wait for the queue to drain (the rxe quirk) but
+ * the WRs posted last are unsignaled: nothing would ever say they
+ * completed. A signaled 0-byte WRITE (no completion at the peer, as the
+ * keepalive probe) goes first; its ring entry is the extra one. */
+static int post_fence(zcrpc_conn *c)
+{
+	struct ibv_send_wr wr = {.opcode = IBV_WR_RDMA_WRITE};
 	struct zcrpc__sq_entry *slot = &c->sq[c->sq_tail % c->sq_size];
 	int rc;
 
-	(void)force_signal; /* every WR is signaled */
+	memset(slot, 0, sizeof(*slot));
+	slot->kind = ZCRPC_SQ_FENCE;
+	slot->force_signal = 1;
+	wr.wr_id = c->sq_tail;
+	rc = hand_over(c, &wr, slot);
+	if (rc) {
+		slot->kind = 0;
+		return rc;
+	}
+	c->sq_fences++;
+	c->sq_tail++;
+	return 0;
+}
+
+/* Posts @wr, recording @e in the ring under the WR's sequence number (RC
+ * completes in order). Returns 0 or the ibv_post_send error (ENOMEM when
+ * a WR could not be held back). */
+int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
+		   const struct zcrpc__sq_entry *e, int force_signal)
+{
+	struct zcrpc__sq_entry *slot;
+	int drain = is_local_op(wr) && c->dev->prof->bind_needs_drain;
+	int rc;
+
+	if (drain && c->sq_posted == c->sq_tail &&
+	    c->sq_sig_next < c->sq_posted && !c->sq_fences) {
+		rc = post_fence(c);
+		if (rc)
+			return rc;
+	}
+	if (drain)
+		c->sq_signal_all = 1; /* windows in use: no fence from now on */
+	slot = &c->sq[c->sq_tail % c->sq_size];
 	wr->wr_id = c->sq_tail;
-	wr->send_flags |= IBV_SEND_SIGNALED;
 	wr->next = NULL;
 	if (c->sq_posted != c->sq_tail ||
-	    (is_local_op(wr) && c->dev->prof->bind_needs_drain &&
-	     c->sq_head != c->sq_posted)) {
+	    (drain && c->sq_head != c->sq_posted)) {
 		struct zcrpc__deferred_wr *dw = malloc(sizeof(*dw));
 
 		if (!dw)
@@ -109,14 +182,18 @@ int zcrpc__sq_post(zcrpc_conn *c, struct ibv_send_wr *wr,
 			dw->wr.num_sge = 1;
 		}
 		*slot = *e;
+		slot->force_signal = force_signal ? 1 : 0;
 		slot->dw = dw;
 		c->stats.wr_deferred++;
 	} else {
-		rc = hand_over(c, wr);
-		if (rc)
-			return rc;
 		*slot = *e;
+		slot->force_signal = force_signal ? 1 : 0;
 		slot->dw = NULL;
+		rc = hand_over(c, wr, slot);
+		if (rc) {
+			memset(slot, 0, sizeof(*slot));
+			return rc;
+		}
 	}
 	if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
 		c->mw.used++;
@@ -138,15 +215,25 @@ void zcrpc__sq_post_deferred(zcrpc_conn *c)
 		if (is_local_op(&dw->wr) && c->dev->prof->bind_needs_drain &&
 		    c->sq_head != c->sq_posted)
 			return;
+		/* The WR before a local operation that will wait for the
+		 * drain is signaled: its completion says the queue drained. */
+		if (c->dev->prof->bind_needs_drain &&
+		    c->sq_posted + 1 < c->sq_tail) {
+			struct zcrpc__sq_entry *nx =
+				&c->sq[(c->sq_posted + 1) % c->sq_size];
+
+			if (nx->dw && is_local_op(&nx->dw->wr))
+				e->force_signal = 1;
+		}
 		if (dw->wr.opcode == IBV_WR_BIND_MW) {
 			struct ibv_mw *mw = dw->wr.bind_mw.mw;
 			uint32_t now_key = mw->rkey;
 
 			mw->rkey = dw->mw_rkey;
-			rc = hand_over(c, &dw->wr);
+			rc = hand_over(c, &dw->wr, e);
 			mw->rkey = now_key;
 		} else {
-			rc = hand_over(c, &dw->wr);
+			rc = hand_over(c, &dw->wr, e);
 		}
 		if (rc) {
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
@@ -171,7 +258,7 @@ void zcrpc__conn_keepalive(zcrpc_conn *c)
 		.num_sge = 0,
 		.opcode = IBV_WR_RDMA_WRITE,
 	};
-	struct zcrpc__sq_entry e = {ZCRPC_SQ_KEEPALIVE, 0, NULL, NULL, NULL};
+	struct zcrpc__sq_entry e = {ZCRPC_SQ_KEEPALIVE, 0, NULL, NULL, NULL, 0};
 	int rc;
 
 	wr.wr.rdma.remote_addr = 0;

@@ -94,7 +94,8 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 			.num_sge = piece ? 1 : 0, /* 0: test hook only */
 			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
 		};
-		struct zcrpc__sq_entry e = {ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL};
+		struct zcrpc__sq_entry e = {
+			ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL, 0};
 		int rc;
 
 		if (imm && c->credits < zcrpc__credits_for_data(c)) {
