@@ -73,7 +73,8 @@ static int is_local_op(const struct ibv_send_wr *wr)
 
 /* Whether the WR of ring entry @e (sequence @seq) is posted signaled.
  * Unsignaled where the device allows it, except every Nth (N = 16, at most
- * half the send depth, so the ring's room always comes back) and those
+ * half the send depth, so the ring's room always comes back), each one
+ * while the ring's room is N or less, and those
  * whose completion returns something: a message's pool slot (one sent
  * inline gave its slot back at post), a write's on_write_done, a probe's
  * verdict, a window's bind or invalidation, the last message. */
@@ -84,6 +85,10 @@ static int must_signal(const zcrpc_conn *c, const struct ibv_send_wr *wr,
 
 	if (e->force_signal || !c->dev->prof->selective_signal || every < 2 ||
 	    c->sq_signal_all)
+		return 1;
+	/* A ring running low signals each WR: entries reaped at once, so an
+	 * unreaped run never costs the room an all-signaled ring would have. */
+	if (zcrpc__sq_room(c) <= (int)every)
 		return 1;
 	if (e->kind == ZCRPC_SQ_MSG) {
 		if (!(wr->send_flags & IBV_SEND_INLINE))
