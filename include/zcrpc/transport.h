@@ -710,10 +710,11 @@ typedef struct zcrpc_conn_stats {
 	uint64_t wr_deferred;		 /**< work requests held back until the send
 					  *   queue drained for a window bind or
 					  *   invalidate (docs/design.md) */
-	uint64_t flushed_wcs;		 /**< flush completions collected at teardown
-					  *   (every WR still posted gets one) */
-	uint64_t unflushed_wrs;		 /**< WRs posted at teardown whose flush did
-					  *   not come within 100 ms (should stay 0) */
+	uint64_t flushed_wcs;	/**< flush completions collected at teardown
+				 *   (every WR not yet completed gets one) */
+	uint64_t unflushed_wrs; /**< WRs posted at teardown when the last
+				 *   signaled one's completion did not come
+				 *   within 100 ms (should stay 0) */
 	uint32_t recv_share;   /**< credits this side lets the peer hold now:
 				*   its guaranteed part up to recv_depth
 				*   (docs/design.md "Shared receive path") */

@@ -620,19 +620,24 @@ static void drain_own(zcrpc_conn *c)
 static void collect_flushes(zcrpc_conn *c)
 {
 	uint64_t posted = c->sq_posted - c->sq_head;
-	uint64_t seen = 0, last = c->sq_posted - 1;
+	/* The last signaled WR posted: its completion (success or flush)
+	 * says every WR before it is done, RC completing in order. */
+	uint64_t seen = 0, last = c->sq_sig_next - 1;
 	int64_t until = zcrpc__now_ns() + ZCRPC_FLUSH_WAIT_NS;
 	struct ibv_qp_attr attr;
 	struct ibv_wc wc[ZCRPC_POLL_BATCH];
-	int i, n, done = posted == 0;
+	int i, n, done = posted == 0 || c->sq_sig_next <= c->sq_head;
 
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_ERR;
 	if (ibv_modify_qp(c->id->qp, &attr, IBV_QP_STATE))
 		return; /* nothing will flush: counted as unflushed below */
 	/* An unsignaled WR that completed before the error makes no
-	 * completion: the last one posted (every WR flushes once the QP is in
-	 * error, signaled or not) says all are done. */
+	 * completion (rxe, CI: a dead peer's 8 unsignaled sends), so the wait
+	 * is for the last signaled one. Unsignaled WRs after it either
+	 * completed or flush behind it; the drain after rdma_destroy_qp takes
+	 * those flushes, and nothing touches their memory after the QP is
+	 * gone. */
 	while (!done && zcrpc__now_ns() < until) {
 		n = zcrpc__cq_take(c, wc, ZCRPC_POLL_BATCH);
 		if (n < 0)
