@@ -24,6 +24,13 @@ RxeEnv GetRxeEnv();
 // Scale for time bounds (ZCRPC_TEST_TIME_SCALE, default 1).
 double TimeScale();
 
+// @ms milliseconds scaled by TimeScale(): every time bound of the tests.
+inline std::chrono::milliseconds Scaled(int ms)
+{
+	return std::chrono::milliseconds(
+		static_cast<int64_t>(ms * TimeScale()));
+}
+
 // Sum of one hw_counter over both rxe devices (-1 if unreadable).
 int64_t RxeCounter(const RxeEnv &env, const char *name);
 

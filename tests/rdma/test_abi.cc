@@ -18,11 +18,6 @@ using namespace std::chrono;
 namespace
 {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 constexpr unsigned char kGuard = 0xA5;
 
 // An out-struct of @size bytes as a caller passes it, with guard bytes after.

@@ -30,11 +30,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kEcho = "/zcrpc.test.Auth/Echo";
 const uint8_t kKey[32] = {'z', 'c', 'r', 'p', 'c', '-', 't', 'e', 's', 't', '-', 'k', 'e', 'y', '-', '0',
 			  '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f', 'g'};

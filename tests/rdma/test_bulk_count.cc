@@ -30,11 +30,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kStore = "/zcrpc.test.Bulk/Store";
 const std::string kSecret = "TOPSECRET-of-the-legit-user-";
 

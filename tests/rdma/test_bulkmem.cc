@@ -22,11 +22,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kEcho = "/zcrpc.bulkmem.Svc/Echo";
 
 uint8_t Pat(uint64_t seed, uint64_t k)

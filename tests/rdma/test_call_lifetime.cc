@@ -26,11 +26,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kHold = "/zcrpc.test.Life/Hold";
 
 // A server on its own worker and thread; handlers and on_tick run there.

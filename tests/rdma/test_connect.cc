@@ -47,11 +47,6 @@ struct Client {
 	}
 };
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 zcrpc_status StartConnect(zcrpc_worker *w, Client &cl, const std::string &addr, uint16_t port,
 		     int timeout_ms = 10000)
 {

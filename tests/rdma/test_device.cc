@@ -26,11 +26,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 bool DeviceExists(const std::string &dev)
 {
 	struct stat st;

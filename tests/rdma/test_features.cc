@@ -54,11 +54,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 // The optional bits an older peer lacks (see the top of the file).
 constexpr uint32_t kOptional = ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE;
 constexpr uint32_t kPiece = 4096;

@@ -21,11 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 constexpr uint8_t kCanary = 0xc5;
 constexpr size_t kBuf = 64 * 1024;
 

@@ -34,11 +34,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kEcho = "/zcrpc.hostile.Svc/Echo";
 
 // Like ProgressUntil, but sleeping up to 1 ms on the worker's fd when idle:

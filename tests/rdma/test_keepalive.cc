@@ -20,11 +20,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 // One worker with either a listener or a client connection. Its fields are
 // touched only by the thread driving the worker (or after that stopped).
 struct Side {

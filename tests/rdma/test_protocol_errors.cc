@@ -17,11 +17,6 @@ namespace {
 
 class ProtocolErrors : public RdmaTest {};
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kEcho = "/zcrpc.test.Proto/Echo";
 
 // A frame with a bad magic: "bad frame magic 0x...." when decoded.

@@ -24,11 +24,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kEcho = "/zcrpc.test.Svc/Echo";
 const char *kHold = "/zcrpc.test.Svc/Hold";
 

@@ -41,11 +41,6 @@ int Conns()
 
 const char *kEcho = "/zcrpc.test.Scale/Echo";
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 void Echo(zcrpc_server_call *call, const zcrpc_request *req, void *)
 {
 	zcrpc_server_call_reply(call, ZCRPC_OK, nullptr, req->data, req->len, nullptr);

@@ -67,11 +67,6 @@ bool Strict()
 	return e && std::atoi(e) == 1;
 }
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 // Samples a completion counter every 100 ms while a storm is on; each
 // window that lay wholly inside the storm must have seen completions.
 class ProgressMonitor

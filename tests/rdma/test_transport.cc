@@ -21,11 +21,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 uint8_t Pattern(uint64_t i, uint64_t k)
 {
 	return static_cast<uint8_t>((i * 2654435761u + k * 40503u + (k >> 11)) >> 3);
@@ -93,6 +88,14 @@ struct Client {
 		return ProgressUntil(w, f, Scaled(ms));
 	}
 };
+
+// The echo server's receive: sends the message back, or closes the
+// connection when it cannot (a lost echo then fails the test visibly).
+void EchoOrClose(zcrpc_conn *c, const void *d, size_t n)
+{
+	if (zcrpc_conn_send(c, d, n) != ZCRPC_OK)
+		zcrpc_conn_close(c);
+}
 
 class Transport : public RdmaTest {};
 
@@ -200,10 +203,7 @@ zcrpc_worker_stats Stats(zcrpc_worker *w)
 TEST_F(Transport, TenThousandMessagesFromOneByteToSlotSizeVerified)
 {
 	Server server;
-	server.on_recv = [](zcrpc_conn *c, const void *d, size_t n) {
-		if (zcrpc_conn_send(c, d, n) != ZCRPC_OK)
-			zcrpc_conn_close(c); // a lost echo fails the test visibly
-	};
+	server.on_recv = EchoOrClose;
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl;
 	ASSERT_TRUE(cl.Connect(env_.addr0, server.port)) << zcrpc_conn_get_error(cl.conn);
@@ -420,10 +420,7 @@ TEST_F(Transport, ReceiverHoldingItsSlotsStallsTheSenderWithoutRnr)
 TEST_F(Transport, SixtyFourConnectionsThenEveryPoolBackToFull)
 {
 	Server server;
-	server.on_recv = [](zcrpc_conn *c, const void *d, size_t n) {
-		if (zcrpc_conn_send(c, d, n) != ZCRPC_OK)
-			zcrpc_conn_close(c);
-	};
+	server.on_recv = EchoOrClose;
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl;
 	const int n = 64;
@@ -685,10 +682,7 @@ TEST_F(Transport, SleepingOnTheWorkerFdWakesForCompletions)
 TEST_F(Transport, UnsignaledSendsAreReapedInOrderAndGiveEverySlotBack)
 {
 	Server server;
-	server.on_recv = [](zcrpc_conn *c, const void *d, size_t n) {
-		if (zcrpc_conn_send(c, d, n) != ZCRPC_OK)
-			zcrpc_conn_close(c);
-	};
+	server.on_recv = EchoOrClose;
 	ASSERT_TRUE(server.Start(env_.addr0));
 	Client cl;
 	ASSERT_TRUE(cl.Connect(env_.addr0, server.port))

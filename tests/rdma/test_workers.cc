@@ -28,11 +28,6 @@ using namespace std::chrono_literals;
 namespace
 {
 
-milliseconds Scaled(int ms)
-{
-	return milliseconds(static_cast<int64_t>(ms * TimeScale()));
-}
-
 const char *kEcho = "/zcrpc.test.Workers/Echo";
 const char *kWhere = "/zcrpc.test.Workers/Where";
 const char *kHold = "/zcrpc.test.Workers/Hold";
