@@ -104,6 +104,15 @@ void zcrpc__jobs_handle_done(zcrpc_worker *w);
 void zcrpc__job_abandon(zcrpc_conn *c);
 void zcrpc__jobs_join_all(zcrpc_worker *w);
 
+/* ---- reaper.c: rejects off the worker thread */
+/* Sends the REJECT hello @h for connect request @id (owned by no
+ * connection) and frees the id, on the worker's reaper thread (started at
+ * the first call; here, when it cannot be). Takes @id. */
+void zcrpc__reaper_reject(zcrpc_worker *w, struct rdma_cm_id *id,
+			  const struct zcrpc_hello *h);
+/* Finishes the queued rejects and joins the thread (worker destroy). */
+void zcrpc__reaper_stop(zcrpc_worker *w);
+
 /* ---- listener.c */
 void zcrpc__listener_on_readable(zcrpc_listener *l);
 /* Its device was removed: release the id; the listener accepts nothing. */

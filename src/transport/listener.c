@@ -140,24 +140,33 @@ void zcrpc__listener_reject(zcrpc_listener *l, struct rdma_cm_id *id,
 	reject_on(l->w, l, id, st, reason);
 }
 
-static void reject_on(zcrpc_worker *w, zcrpc_listener *l, struct rdma_cm_id *id,
-		      zcrpc_status st, const char *why)
+/* The REJECT hello for @st and @why in @h, logged on worker @w. */
+static void reject_hello(zcrpc_worker *w, zcrpc_listener *l,
+			 struct rdma_cm_id *id, zcrpc_status st,
+			 const char *why, struct zcrpc_hello *h)
 {
-	struct zcrpc_hello h = {
-		.version = ZCRPC_PROTO_VERSION,
-		.kind = ZCRPC_HELLO_REJECT,
-		.status = (uint32_t)st,
-	};
-	uint8_t buf[ZCRPC_HELLO_MAX_REJECT];
 	char src[ZCRPC_SRC_TEXT_LEN];
 	uint8_t key[16];
-	size_t n;
 
-	snprintf(h.reason, sizeof(h.reason), "%s", why);
+	memset(h, 0, sizeof(*h));
+	h->version = ZCRPC_PROTO_VERSION;
+	h->kind = ZCRPC_HELLO_REJECT;
+	h->status = (uint32_t)st;
+	snprintf(h->reason, sizeof(h->reason), "%s", why);
 	zcrpc__limits_source(id, key, src, sizeof(src));
 	zcrpc__worker_seterr(
 		w, "listener on port %u rejected a connection from %s: %s: %s",
-		(unsigned)l->port, src, zcrpc_status_str(st), h.reason);
+		(unsigned)l->port, src, zcrpc_status_str(st), h->reason);
+}
+
+static void reject_on(zcrpc_worker *w, zcrpc_listener *l, struct rdma_cm_id *id,
+		      zcrpc_status st, const char *why)
+{
+	uint8_t buf[ZCRPC_HELLO_MAX_REJECT];
+	struct zcrpc_hello h;
+	size_t n;
+
+	reject_hello(w, l, id, st, why, &h);
 	n = zcrpc__hello_encode(&h, buf, sizeof(buf));
 	if (rdma_reject(id, buf, (uint8_t)n) && n > ZCRPC_HELLO_LEN) {
 		h.reason[0] =
@@ -167,12 +176,23 @@ static void reject_on(zcrpc_worker *w, zcrpc_listener *l, struct rdma_cm_id *id,
 	}
 }
 
-/* Rejects a request no connection owns yet, and frees its id. */
+/* Rejects a request no connection owns yet and frees its id: both system
+ * calls on worker @w's reaper thread (reaper.c), so that a storm of
+ * refused connects does not hold up @w's established connections. */
+static void reject_free_on(zcrpc_worker *w, zcrpc_listener *l,
+			   struct rdma_cm_id *id, zcrpc_status st,
+			   const char *why)
+{
+	struct zcrpc_hello h;
+
+	reject_hello(w, l, id, st, why, &h);
+	zcrpc__reaper_reject(w, id, &h);
+}
+
 static void reject_request(zcrpc_listener *l, struct rdma_cm_id *id,
 			   zcrpc_status st, const char *why)
 {
-	zcrpc__listener_reject(l, id, st, "%s", why);
-	rdma_destroy_ep(id);
+	reject_free_on(l->w, l, id, st, why);
 }
 
 /* The connect request's hello and the policy checks, in this order: the
@@ -328,10 +348,10 @@ static void on_handoff(zcrpc_worker *w, void *arg)
 
 	if (!c) {
 		w->rejected_setup++;
-		reject_on(w, l, m->id,
-			  closed ? ZCRPC_UNAVAILABLE : ZCRPC_RESOURCE_EXHAUSTED,
-			  closed ? "listener closed" : "out of memory");
-		rdma_destroy_ep(m->id);
+		reject_free_on(w, l, m->id,
+			       closed ? ZCRPC_UNAVAILABLE
+				      : ZCRPC_RESOURCE_EXHAUSTED,
+			       closed ? "listener closed" : "out of memory");
 		zcrpc__listener_remote_release(l, w, m->key, 0, 1);
 		zcrpc__listener_remote_release(l, w, m->key, m->src_counted, 0);
 		free(m);

@@ -250,6 +250,10 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 		goto err_free;
 	if (pthread_mutex_init(&w->post_lock, NULL))
 		goto err_job_lock;
+	if (pthread_mutex_init(&w->reaper_lock, NULL))
+		goto err_post_lock;
+	if (pthread_cond_init(&w->reaper_cv, NULL))
+		goto err_reaper_lock;
 	atomic_init(&w->has_posts, 0);
 	zcrpc__list_init(&w->conns);
 	zcrpc__list_init(&w->listeners);
@@ -261,7 +265,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	w->coarse_res_ns = coarse_res_ns();
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0)
-		goto err_post_lock;
+		goto err_reaper_cv;
 	w->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (w->timerfd < 0)
 		goto err_epoll;
@@ -317,6 +321,10 @@ err_timer:
 	close(w->timerfd);
 err_epoll:
 	close(w->epfd);
+err_reaper_cv:
+	pthread_cond_destroy(&w->reaper_cv);
+err_reaper_lock:
+	pthread_mutex_destroy(&w->reaper_lock);
 err_post_lock:
 	pthread_mutex_destroy(&w->post_lock);
 err_job_lock:
@@ -343,6 +351,7 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 		zcrpc__conn_free(c);
 	}
 	zcrpc__jobs_join_all(w);
+	zcrpc__reaper_stop(w); /* the queued rejects go out first */
 	while (w->posts) { /* dropped, not run (see zcrpc_worker_post) */
 		struct zcrpc__post *p = w->posts;
 
@@ -357,6 +366,8 @@ void zcrpc_worker_destroy(zcrpc_worker *w)
 	close(w->evfd);
 	close(w->timerfd);
 	close(w->epfd);
+	pthread_cond_destroy(&w->reaper_cv);
+	pthread_mutex_destroy(&w->reaper_lock);
 	pthread_mutex_destroy(&w->post_lock);
 	pthread_mutex_destroy(&w->job_lock);
 	free(w);

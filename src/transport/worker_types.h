@@ -186,6 +186,13 @@ struct zcrpc_worker {
 	pthread_mutex_t job_lock;
 	struct zcrpc__list jobs;	 /* zcrpc__job.link: unjoined */
 	struct zcrpc__job *done_jobs;	 /* finished, not yet handled */
+	/* The rejects made off this thread (reaper.c), under reaper_lock. */
+	pthread_mutex_t reaper_lock;
+	pthread_cond_t reaper_cv;
+	pthread_t reaper;
+	struct zcrpc__reject_job *reaper_head, *reaper_tail;
+	unsigned reaper_started : 1, reaper_failed : 1, reaper_stop : 1;
+	uint64_t rejects_deferred;	 /* handed to the reaper thread */
 	struct zcrpc__timer_heap timers; /* timer.c */
 	int64_t timerfd_ns;	       /* what the timerfd is set to, 0 = off */
 	struct zcrpc__timer keepalive; /* the keepalive check (worker.c) */
