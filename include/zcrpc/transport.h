@@ -738,6 +738,43 @@ typedef struct zcrpc_conn_stats {
 ZCRPC_API void zcrpc_conn_get_stats(const zcrpc_conn *conn,
 				    zcrpc_conn_stats *out, size_t out_size);
 
+/** zcrpc_conn_info.transport */
+#define ZCRPC_TRANSPORT_IB    1u /**< InfiniBand */
+#define ZCRPC_TRANSPORT_ROCE  2u /**< RoCE (IB transport over Ethernet) */
+#define ZCRPC_TRANSPORT_IWARP 3u /**< iWARP (siw, irdma, cxgb4) */
+/** zcrpc_conn_info.grant_path: how zcrpc_mr_grant() grants on it. */
+#define ZCRPC_GRANT_WINDOW       1u /**< a type-2 memory window per grant */
+#define ZCRPC_GRANT_REGISTRATION 2u /**< a registration per grant (no windows:
+				      *   docs/design.md "Grants without memory
+				      *   windows") */
+/** zcrpc_conn_info.write_end: how a write with a value reaches the peer. */
+#define ZCRPC_WRITE_END_IMM  1u /**< RDMA WRITE with immediate data */
+#define ZCRPC_WRITE_END_MSG  2u /**< RDMA WRITE, then a WRITTEN message */
+#define ZCRPC_WRITE_END_NONE 3u /**< neither: writes with a value fail */
+
+/** What a connection runs on and the data path chosen for it from both
+ * sides' device profiles, read with zcrpc_conn_get_info(). */
+typedef struct zcrpc_conn_info {
+	char device[64];      /**< the RDMA device, e.g. "rxe0", "siw0" */
+	char provider[16];    /**< "rxe", "siw", "mlx5" or "other" */
+	uint32_t port;	      /**< the device's port number */
+	uint32_t transport;   /**< ZCRPC_TRANSPORT_* */
+	uint32_t grant_path;  /**< ZCRPC_GRANT_* */
+	uint32_t write_end;   /**< ZCRPC_WRITE_END_* */
+	uint32_t max_inline;  /**< inline bytes the queue pair was granted */
+	uint32_t active_first; /**< 1: iWARP's rule, the active side sends the
+				*   first message (the passive side waits) */
+} zcrpc_conn_info;
+
+/**
+ * zcrpc_conn_get_info - copy what @conn runs on into @out (at most
+ * @out_size bytes: pass sizeof(*out)). Zeroes @out for a connection that
+ * has no device yet (resolving its address). Nothing is written for NULL.
+ * Worker thread only.
+ */
+ZCRPC_API void zcrpc_conn_get_info(const zcrpc_conn *conn,
+				   zcrpc_conn_info *out, size_t out_size);
+
 /** Per-worker counters: its connections' totals (including destroyed ones)
  * and its pool. Read with zcrpc_worker_get_stats(). */
 typedef struct zcrpc_worker_stats {

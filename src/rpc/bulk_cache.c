@@ -31,6 +31,21 @@ void zcrpc__bulk_scrub(void *p, size_t len, size_t piece)
 		memset(p, 0, len);
 }
 
+void zcrpc__bulk_scrub_for(const zcrpc_conn *conn, void *p, size_t len)
+{
+	zcrpc_conn_info info;
+
+	zcrpc_conn_get_info(conn, &info, sizeof(info));
+	if (info.write_end == ZCRPC_WRITE_END_MSG) {
+		/* The length comes from the peer's WRITTEN, not the device:
+		 * nothing it skipped may show what the memory held. */
+		if (p && len)
+			memset(p, 0, len);
+		return;
+	}
+	zcrpc__bulk_scrub(p, len, zcrpc_conn_write_piece(conn));
+}
+
 /* Work for the cache's thread: register a buffer for @ref, or deregister
  * @buf (release). */
 struct zcrpc__bulk_job {

@@ -96,5 +96,8 @@ size_t zcrpc__bulk_last_piece(size_t len, size_t piece);
  * would be split at @piece: only the last piece's byte count can be checked,
  * so bytes the writer skipped must not show what the memory held before. */
 void zcrpc__bulk_scrub(void *p, size_t len, size_t piece);
+/* The same for a grant to @conn's peer: everything when its writes end
+ * with a WRITTEN message, whose length the device does not check. */
+void zcrpc__bulk_scrub_for(const zcrpc_conn *conn, void *p, size_t len);
 
 #endif /* ZCRPC_RPC_BULK_CACHE_H */

@@ -49,8 +49,8 @@ static int take_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 	}
 	/* Bytes a split write may skip must not show what the
 	 * memory held before (docs/protocol.md §4). */
-	zcrpc__bulk_scrub((uint8_t *)zcrpc__mr_addr(mr) + off,
-			  (size_t)f->bulk_len, zcrpc_conn_write_piece(conn));
+	zcrpc__bulk_scrub_for(conn, (uint8_t *)zcrpc__mr_addr(mr) + off,
+			      (size_t)f->bulk_len);
 	return 0;
 }
 

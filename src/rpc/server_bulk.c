@@ -40,8 +40,8 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 		/* A part longer than one piece may be left partly unwritten
 		 * (only the last piece's count is checked): zero what may
 		 * hold another peer's bytes (docs/protocol.md §4). */
-		zcrpc__bulk_scrub(b->ptr, (size_t)c->f.bulk_len,
-				  zcrpc_conn_write_piece(sc->conn));
+		zcrpc__bulk_scrub_for(sc->conn, b->ptr,
+				      (size_t)c->f.bulk_len);
 	c->req_bulk = b;
 	st = zcrpc_mr_grant(b->mr, sc->conn, 0, (size_t)c->f.bulk_len, &r,
 			    &c->req_grant);

@@ -18,7 +18,6 @@
 
 static void on_deadline(struct zcrpc__timer *t, int64_t now);
 
-#define ZCRPC_INLINE_WANTED 220
 #define ZCRPC_CLOSE_TIMEOUT_NS (2000LL * 1000000LL)
 /* How long a teardown lets a CLOSE still in the send queue go out. */
 #define ZCRPC_CLOSE_SEND_WAIT_NS (200LL * 1000000LL)
@@ -84,13 +83,22 @@ void zcrpc__conn_release_queues(zcrpc_conn *c)
 	c->sq = NULL;
 }
 
+/* Inline sizes asked for after a refusal, largest first: the known caps
+ * (irdma 101, bnxt_re 96) among them, so such devices keep some inline. */
+static const uint32_t inline_steps[] = {128, 101, 96, 64, 32, 0};
+
 /* The RC QP on the context's PD, its receives from the device's shared
- * receive queue, both completions on @c's shared CQ, with inline data if the
- * provider grants it. Returns 0, or -1 with errno set. */
+ * receive queue, both completions on @c's shared CQ, with as much inline
+ * data as the provider grants up to the profile's cap: the size that
+ * worked last on this device is asked first, and a refusal steps down.
+ * Returns 0, or -1 with errno set. */
 static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 {
+	struct zcrpc__ctx_dev *cd = &c->w->ctx->dev[c->dev->idx];
 	struct ibv_qp_init_attr attr;
 	struct ibv_qp_attr qattr;
+	uint32_t ask = atomic_load(&cd->inline_ask);
+	size_t i = 0;
 
 	memset(&attr, 0, sizeof(attr));
 	attr.send_cq = c->cq;
@@ -99,17 +107,28 @@ static int create_qp(zcrpc_conn *c, struct rdma_cm_id *id)
 	attr.cap.max_send_wr = c->sq_size;
 	attr.srq = c->dev->srq.srq;
 	attr.cap.max_send_sge = 1;
-	attr.cap.max_inline_data = ZCRPC_INLINE_WANTED;
 	attr.qp_context = c;
-	if (rdma_create_qp(id, c->dev->pd, &attr)) {
-		attr.cap.max_inline_data = 0; /* provider may refuse inline */
-		if (rdma_create_qp(id, c->dev->pd, &attr))
+	for (;;) {
+		attr.cap.max_inline_data = ask;
+		if (rdma_create_qp(id, c->dev->pd, &attr) == 0)
+			break;
+		if (!ask || errno != EINVAL) /* EINVAL: the size refused */
 			return -1;
+		while (i < sizeof(inline_steps) / sizeof(inline_steps[0]) &&
+		       inline_steps[i] >= ask)
+			i++;
+		ask = i < sizeof(inline_steps) / sizeof(inline_steps[0])
+			      ? inline_steps[i]
+			      : 0;
+		atomic_store(&cd->inline_ask, ask); /* next QPs start here */
 	}
 	memset(&qattr, 0, sizeof(qattr));
 	if (ibv_query_qp(id->qp, &qattr, IBV_QP_CAP, &attr))
 		return -1;
-	c->max_inline = attr.cap.max_inline_data; /* what was granted */
+	/* what was granted, never above the profile's cap (a mask's) */
+	c->max_inline = attr.cap.max_inline_data < c->dev->prof->inline_cap
+				? attr.cap.max_inline_data
+				: c->dev->prof->inline_cap;
 	c->stats.max_inline = c->max_inline;
 	return 0;
 }
@@ -203,6 +222,8 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 		.max_write = zcrpc__conn_own_piece(c),
 	};
 
+	if (c->dev && !c->dev->prof->write_imm)
+		h.features |= ZCRPC_FEAT_NO_WIMM;
 	zcrpc__auth_fill_hello(c, &h);
 	memset(p, 0, sizeof(*p));
 	p->private_data = pd_buf;
@@ -220,6 +241,16 @@ void zcrpc__conn_fill_param(zcrpc_conn *c, struct rdma_conn_param *p,
 uint32_t zcrpc__worker_features(const zcrpc_worker *w)
 {
 	return ZCRPC_FEAT_ALL & ~ZCRPC_TEST_NO_FEATURES(w);
+}
+
+void zcrpc__conn_choose_path(zcrpc_conn *c, uint32_t peer_features)
+{
+	int no_wimm = (peer_features & ZCRPC_FEAT_NO_WIMM) ||
+		      (c->dev && !c->dev->prof->write_imm);
+
+	c->features = peer_features & zcrpc__worker_features(c->w);
+	c->use_written = no_wimm && (c->features & ZCRPC_FEAT_WRITTEN);
+	c->no_write_end = no_wimm && !c->use_written;
 }
 
 static void notify(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status)
@@ -301,6 +332,17 @@ void zcrpc__conn_established(zcrpc_conn *c)
 	} else {
 		notify(c, ZCRPC_CONN_ESTABLISHED, ZCRPC_OK);
 	}
+}
+
+/* iWARP (rdma_connect(3)): the active side sends the first message; when
+ * the application has nothing to send yet, a CREDIT update is it. */
+static void send_first(zcrpc_conn *c)
+{
+	if (c->stats.msgs_sent || c->sq_tail)
+		return; /* on_state sent something already */
+	if (zcrpc__conn_send_ctrl(c, ZCRPC_MSG_CREDIT, NULL, 0, 0) != ZCRPC_OK)
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+				 "cannot send the first message (iWARP)");
 }
 
 /* REJECTED: a REJECT hello's status, and its reason when the server sent
@@ -414,11 +456,16 @@ void zcrpc__conn_on_cm_event(zcrpc_conn *c, enum rdma_cm_event_type type,
 			c->peer_max_msg = h.max_msg;
 			c->peer_max_write = h.max_write;
 			c->credits = h.recv_depth;
-			c->features = h.features & zcrpc__worker_features(c->w);
+			zcrpc__conn_choose_path(c, h.features);
 			if (zcrpc__auth_client_start(c, &h))
 				break; /* proving the key (or refused) */
+		} else if (c->await_first) {
+			break; /* ESTABLISHED with the client's first message */
 		}
 		zcrpc__conn_established(c);
+		if (!c->passive && c->dev->prof->active_first &&
+		    c->state == ZCRPC_CONN_ESTABLISHED && !c->closing)
+			send_first(c);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
 		c->disconnected = 1;
@@ -758,4 +805,34 @@ void zcrpc_conn_get_stats(const zcrpc_conn *c, zcrpc_conn_stats *out,
 	s.recv_share = c->share;
 	s.credits = c->credits;
 	ZCRPC__ABI_OUT(out, out_size, &s);
+}
+
+void zcrpc_conn_get_info(const zcrpc_conn *c, zcrpc_conn_info *out,
+			 size_t out_size)
+{
+	zcrpc_conn_info i;
+	const struct zcrpc__dev_profile *p;
+
+	if (!c || !out)
+		return;
+	memset(&i, 0, sizeof(i));
+	if (c->dev && (p = c->dev->prof) != NULL) {
+		snprintf(i.device, sizeof(i.device), "%s", p->name);
+		snprintf(i.provider, sizeof(i.provider), "%s",
+			 zcrpc__provider_name(p->provider));
+		i.port = c->id ? c->id->port_num : 1;
+		i.transport = p->transport == IBV_TRANSPORT_IWARP
+				      ? ZCRPC_TRANSPORT_IWARP
+			      : p->link_layer == IBV_LINK_LAYER_ETHERNET
+				      ? ZCRPC_TRANSPORT_ROCE
+				      : ZCRPC_TRANSPORT_IB;
+		i.grant_path = p->mw_type2 ? ZCRPC_GRANT_WINDOW
+					   : ZCRPC_GRANT_REGISTRATION;
+		i.write_end = c->no_write_end ? ZCRPC_WRITE_END_NONE
+			      : c->use_written ? ZCRPC_WRITE_END_MSG
+					       : ZCRPC_WRITE_END_IMM;
+		i.max_inline = c->max_inline;
+		i.active_first = p->active_first;
+	}
+	ZCRPC__ABI_OUT(out, out_size, &i);
 }

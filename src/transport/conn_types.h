@@ -26,7 +26,9 @@ enum zcrpc__msg_type {
 	ZCRPC_MSG_AUTH_REPLY = 4, /* server's verdict (auth.c) */
 	ZCRPC_MSG_CLOSE = 5,	  /* orderly close follows (ZCRPC_FEAT_CLOSE) */
 	ZCRPC_MSG_RELEASE = 6,	  /* credits given back (ZCRPC_FEAT_SHARED) */
+	ZCRPC_MSG_WRITTEN = 7,	  /* a WRITE landed: imm, length (write.c) */
 };
+#define ZCRPC_WRITTEN_MSG_LEN 8 /* WRITTEN payload: imm (u32), length (u32) */
 #define ZCRPC_RELEASE_MSG_LEN 4 /* RELEASE payload: credits given back (u32)   \
 				 */
 #define ZCRPC_CLOSE_MSG_LEN 8 /* CLOSE payload: status (u32), reserved (u32)   \
@@ -102,7 +104,11 @@ struct zcrpc_grant {
 	struct zcrpc_grant *qnext; /* FIFO of free windows, or the inv queue */
 	zcrpc_conn *conn;
 	struct ibv_mw *mw;
+	/* A device without windows: the registration of the granted memory
+	 * with remote write access (mr_spare.c); NULL once deregistered. */
+	struct ibv_mr *rmr;
 	uint32_t rkey; /* last bound rkey */
+	uint8_t is_reg; /* a registration grant (rmr), never a window */
 	uint8_t state;
 	uint8_t answered; /* on_revoked delivered (or never due) */
 	void *user_ctx;
@@ -113,6 +119,7 @@ struct zcrpc__mw_set {
 	struct zcrpc_grant *free_head, *free_tail;
 	uint32_t nfree;
 	struct zcrpc_grant *inv_head, *inv_tail; /* revokes waiting for room */
+	struct zcrpc_grant *reg_free; /* registration grants to reuse */
 	uint32_t depth; /* send-queue slots kept for BIND / INV */
 	uint32_t used;	/* of them in the ring */
 };
@@ -146,6 +153,15 @@ struct zcrpc_conn {
 	unsigned dev_gone : 1;	  /* its device was removed: nothing flushes */
 	unsigned close_sent : 1;  /* our CLOSE is in the ring (close_seq) */
 	unsigned peer_closed : 1; /* the peer's CLOSE arrived */
+	/* Bulk path (zcrpc__conn_choose_path, from both hellos): writes end
+	 * with a WRITTEN message instead of an immediate; or neither works
+	 * (a side lacks write with immediate, the other WRITTEN). */
+	uint32_t peer_features; /* the peer's hello, as sent */
+	unsigned use_written : 1;
+	unsigned no_write_end : 1;
+	/* iWARP, passive side: ESTABLISHED waits for the peer's first
+	 * message (rdma_connect(3)); the active side sends one at once. */
+	unsigned await_first : 1;
 
 	struct zcrpc__job *job; /* active side, while resolving */
 	struct rdma_cm_id *id;
@@ -165,6 +181,10 @@ struct zcrpc_conn {
 	uint32_t out;	     /* credits the peer holds, as we count them */
 	struct zcrpc__list hungry; /* dev->srq.hungry while below its share */
 	unsigned hungry_linked : 1;
+	/* worker->revokes_due while a registration grant's revoke waits for
+	 * its on_revoked (mw.c) */
+	struct zcrpc__list due_link;
+	unsigned due_linked : 1;
 	unsigned srq_admitted : 1; /* its credits are counted in dev->srq */
 	unsigned recv_pending : 1; /* cur_recv not recycled yet */
 	uint32_t cur_recv;	   /* SRQ position being delivered */

@@ -44,10 +44,15 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 		d->verbs = ctx->list[i];
 		if (ibv_query_device(d->verbs, &d->attr))
 			continue;
-		zcrpc__profile_probe(&d->prof, d->verbs, &d->attr);
 		d->max_msg_sz = 1U << 30;
-		if (ibv_query_port(d->verbs, 1, &pa) == 0 && pa.max_msg_sz)
-			d->max_msg_sz = pa.max_msg_sz;
+		if (ibv_query_port(d->verbs, 1, &pa) == 0) {
+			if (pa.max_msg_sz)
+				d->max_msg_sz = pa.max_msg_sz;
+			zcrpc__profile_probe(&d->prof, d->verbs, &d->attr, &pa);
+		} else {
+			zcrpc__profile_probe(&d->prof, d->verbs, &d->attr, NULL);
+		}
+		atomic_init(&d->inline_ask, d->prof.inline_cap);
 		d->pd = ibv_alloc_pd(d->verbs);
 		if (!d->pd)
 			continue;
@@ -81,6 +86,7 @@ void zcrpc__context_unref(zcrpc_context *ctx)
 	if (!ctx || atomic_fetch_sub(&ctx->refs, 1) != 1)
 		return;
 	zcrpc__context_unwatch(ctx);
+	zcrpc__spare_stop(ctx);
 	for (i = 0; i < ctx->ndev; i++)
 		if (ctx->dev[i].pd)
 			ibv_dealloc_pd(ctx->dev[i].pd);
@@ -119,6 +125,35 @@ int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
 		if (!ctx->dev[i].pd)
 			continue;
 		mrs[i] = ibv_reg_mr(ctx->dev[i].pd, addr, len, access);
+		if (!mrs[i]) {
+			err = errno ? errno : ENOMEM;
+			while (i-- > 0)
+				if (mrs[i])
+					ibv_dereg_mr(mrs[i]);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
+}
+
+/* As zcrpc__context_reg, for a registration with @flags: a write target
+ * asks for window binding only on devices that have type-2 windows. */
+int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
+			      int access, unsigned flags, struct ibv_mr **mrs)
+{
+	int i, err = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (i = 0; i < ctx->ndev; i++) {
+		int a = access;
+
+		mrs[i] = NULL;
+		if (!ctx->dev[i].pd)
+			continue;
+		if (zcrpc__spare_wanted(ctx, i, flags))
+			a &= ~IBV_ACCESS_MW_BIND;
+		mrs[i] = ibv_reg_mr(ctx->dev[i].pd, addr, len, a);
 		if (!mrs[i]) {
 			err = errno ? errno : ENOMEM;
 			while (i-- > 0)
@@ -186,28 +221,40 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 			       unsigned flags, zcrpc_mr **out)
 {
 	zcrpc_mr *mr;
-	int access = IBV_ACCESS_LOCAL_WRITE, err;
+	int access = IBV_ACCESS_LOCAL_WRITE, err, i;
 
 	if (!ctx || !addr || !len || !out || (flags & ~ZCRPC_MR_REMOTE_WRITE))
 		return ZCRPC_INVALID_ARGUMENT;
 	/* A write target is bound to memory windows (mw.c); the MR itself
-	 * carries no remote access, so its own rkey opens nothing. */
+	 * carries no remote access, so its own rkey opens nothing. Devices
+	 * without windows get a spare registration for grants instead
+	 * (mr_spare.c). */
 	if (flags & ZCRPC_MR_REMOTE_WRITE)
 		access |= IBV_ACCESS_MW_BIND;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return ZCRPC_RESOURCE_EXHAUSTED;
-	err = zcrpc__context_reg(ctx, addr, len, access, mr->mrs);
+	mr->ctx = ctx;
+	mr->addr = addr;
+	mr->len = len;
+	mr->flags = flags;
+	for (i = 0; i < ZCRPC_MAX_DEVICES; i++) {
+		atomic_init(&mr->spare[i], NULL);
+		atomic_init(&mr->refill_asked[i], 0);
+		atomic_init(&mr->refill_err[i], 0);
+	}
+	err = zcrpc__context_reg_target(ctx, addr, len, access, flags, mr->mrs);
+	if (!err && (err = zcrpc__spare_first(mr)) != 0)
+		zcrpc__spare_forget(mr);
 	if (err) {
+		for (i = 0; i < ctx->ndev; i++)
+			if (mr->mrs[i])
+				ibv_dereg_mr(mr->mrs[i]);
 		free(mr);
 		return err == EINVAL || err == EFAULT ? ZCRPC_INVALID_ARGUMENT
 						      : ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	zcrpc__context_ref(ctx);
-	mr->ctx = ctx;
-	mr->addr = addr;
-	mr->len = len;
-	mr->flags = flags;
 	pthread_mutex_lock(&ctx->lock);
 	zcrpc__list_push_front(&ctx->mrs, &mr->link);
 	pthread_mutex_unlock(&ctx->lock);
@@ -221,6 +268,7 @@ void zcrpc_mr_deregister(zcrpc_mr *mr)
 
 	if (!mr)
 		return;
+	zcrpc__spare_forget(mr);
 	pthread_mutex_lock(&mr->ctx->lock);
 	zcrpc__list_remove(&mr->link);
 	for (i = 0; i < mr->ctx->ndev; i++)

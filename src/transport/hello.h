@@ -68,9 +68,17 @@ extern "C" {
 		 it may grant credits beyond its hello's                       \
 		 recv_depth and takes back the extra ones                      \
 		 an idle peer RELEASEs (docs/protocol.md §3) */
+#define ZCRPC_FEAT_WRITTEN                                                     \
+	0x20U /* the sender understands WRITTEN messages, which end an RDMA    \
+		 WRITE where write with immediate is missing                   \
+		 (docs/protocol.md §4) */
+#define ZCRPC_FEAT_NO_WIMM                                                     \
+	0x40U /* the sender's device has no RDMA WRITE with immediate: the     \
+		 connection ends writes with WRITTEN (not an intersection      \
+		 bit: either side's sets it) */
 #define ZCRPC_FEAT_ALL                                                         \
 	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
-	 ZCRPC_FEAT_SHARED) /* set in every hello */
+	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

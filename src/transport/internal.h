@@ -79,6 +79,21 @@ int zcrpc__context_dev_index(const zcrpc_context *ctx,
 int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
 		       struct ibv_mr **mrs);
 struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx);
+int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
+			      int access, unsigned flags, struct ibv_mr **mrs);
+
+/* ---- mr_spare.c: grants on devices without type-2 windows -------------- */
+/* Whether a registration with @flags keeps spares on device @idx. */
+int zcrpc__spare_wanted(const zcrpc_context *ctx, int idx, unsigned flags);
+/* The first spares of a new registration (caller's thread); errno or 0. */
+int zcrpc__spare_first(zcrpc_mr *mr);
+/* Takes device @idx's spare (NULL when none is ready) and asks the spare
+ * thread for the next one. Any thread. */
+struct ibv_mr *zcrpc__spare_take(zcrpc_mr *mr, int idx);
+void zcrpc__spare_refill(zcrpc_mr *mr, int idx);
+/* Cancels @mr's refills, waits for one running, deregisters its spares. */
+void zcrpc__spare_forget(zcrpc_mr *mr);
+void zcrpc__spare_stop(zcrpc_context *ctx);
 
 /* ---- mw.c --------------------------------------------------------------- */
 zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
@@ -91,6 +106,9 @@ void zcrpc__mw_pump(zcrpc_conn *c);
 void zcrpc__mw_fail_all(zcrpc_conn *c);
 void zcrpc__mw_dealloc(zcrpc_conn *c);
 void zcrpc__mw_free(zcrpc_conn *c);
+/* Answers the registration grants' revokes of the connections on
+ * w->revokes_due; returns how many. */
+int zcrpc__mw_answer_due(zcrpc_worker *w);
 
 /* ---- device.c */
 zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
@@ -196,6 +214,10 @@ void zcrpc__conn_close_drained(zcrpc_conn *c);
 /* The feature bits @w announces: ZCRPC_FEAT_ALL less what a test hook
  * took away (zcrpc__worker_test_clear_features). */
 uint32_t zcrpc__worker_features(const zcrpc_worker *w);
+/* The connection's features and bulk path from the peer's hello bits and
+ * its device's profile (c->dev set): write with immediate, WRITTEN
+ * messages, or neither (docs/protocol.md §4). */
+void zcrpc__conn_choose_path(zcrpc_conn *c, uint32_t peer_features);
 /* A CLOSE message arrived (msg.c): the peer closes in order. */
 void zcrpc__conn_on_close_msg(zcrpc_conn *c, const uint8_t *payload);
 

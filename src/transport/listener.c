@@ -277,6 +277,7 @@ static void conn_from_hello(zcrpc_conn *c, const zcrpc_listener *l,
 	c->peer_max_write = h->max_write;
 	c->credits = h->recv_depth;
 	c->features = h->features & zcrpc__worker_features(c->w);
+	c->peer_features = h->features; /* the path: once c->dev is known */
 }
 
 /* The accept's second half, on the connection's worker: key state, QP
@@ -305,6 +306,10 @@ static void finish_accept(zcrpc_listener *l, zcrpc_conn *c,
 		setup_failed(w, l, c, id, st, "accept failed");
 		return;
 	}
+	zcrpc__conn_choose_path(c, c->peer_features);
+	/* iWARP: nothing is sent before the client's first message, which
+	 * makes the connection ESTABLISHED here (completion.c). */
+	c->await_first = c->dev->prof->active_first;
 	/* Migration acknowledges (frees) the CONNECT_REQUEST event: nothing
 	 * of it is used after this point. */
 	if (!migrated && rdma_migrate_id(id, w->cm_ch)) {

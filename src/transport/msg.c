@@ -200,6 +200,14 @@ static int is_release(const zcrpc_conn *c, const uint8_t *p, uint32_t len)
 	       len == ZCRPC_RELEASE_MSG_LEN;
 }
 
+/* A well-formed WRITTEN (docs/protocol.md §4): only on a connection whose
+ * writes end with it, 8 bytes. */
+static int is_written(const zcrpc_conn *c, const uint8_t *p, uint32_t len)
+{
+	return p[0] == ZCRPC_MSG_WRITTEN && c->use_written &&
+	       len == ZCRPC_WRITTEN_MSG_LEN;
+}
+
 void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 {
 	const uint8_t *p = c->dev->srq.slot[pos].ptr;
@@ -219,7 +227,8 @@ void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 	if (len != byte_len - ZCRPC_MSG_HDR_LEN || len > c->w->opts.max_msg ||
 	    p[1] != 0 ||
 	    (p[0] != ZCRPC_MSG_DATA && p[0] != ZCRPC_MSG_CREDIT &&
-	     !is_close(c, p, len) && !is_release(c, p, len)) ||
+	     !is_close(c, p, len) && !is_release(c, p, len) &&
+	     !is_written(c, p, len)) ||
 	    (p[0] == ZCRPC_MSG_CREDIT && len != 0)) {
 		zcrpc__conn_fail(c, ZCRPC_INTERNAL,
 				 "protocol violation: type %u flags %u length %u in a %u-byte message",
@@ -234,6 +243,11 @@ void zcrpc__msg_on_recv(zcrpc_conn *c, uint32_t pos, uint32_t byte_len)
 	}
 	if (zcrpc__credits_returned(c, zcrpc__get_le16(p + 2)))
 		return;
+	if (p[0] == ZCRPC_MSG_WRITTEN) { /* as a write with immediate */
+		zcrpc__write_on_imm(c, pos, zcrpc__get_le32(p + ZCRPC_MSG_HDR_LEN),
+				    zcrpc__get_le32(p + ZCRPC_MSG_HDR_LEN + 4));
+		return;
+	}
 	kept = 0;
 	if (p[0] == ZCRPC_MSG_CLOSE)
 		zcrpc__conn_on_close_msg(c, p + ZCRPC_MSG_HDR_LEN);

@@ -2,7 +2,10 @@
  * bound to exactly the granted range on one connection's QP (IBV_WR_BIND_MW
  * on its send queue) and revoked with IBV_WR_LOCAL_INV; revoked windows wait
  * in a quarantine FIFO before they are bound again (rxe rotates only 8 rkey
- * bits). Windows are per connection and deallocated before its QP. */
+ * bits). Windows are per connection and deallocated before its QP.
+ * On a device without type-2 windows a grant is the registration's spare
+ * (mr_spare.c), revoked by deregistering it; its answer comes from the
+ * worker's next turn (w->revokes_due). */
 #include "internal.h"
 
 #include <stddef.h>
@@ -52,6 +55,68 @@ static struct zcrpc_grant *take_window(zcrpc_conn *c)
 	return g;
 }
 
+/* A grant on a device without windows: the registration's spare, whose
+ * rkey reaches its whole range (docs/design.md "Grants without memory
+ * windows"). RESOURCE_EXHAUSTED while the spare thread makes the next. */
+static zcrpc_status reg_grant(zcrpc_mr *mr, zcrpc_conn *c, size_t offset,
+			      size_t len, zcrpc_remote_region *out,
+			      zcrpc_grant **grant)
+{
+	struct zcrpc__mw_set *s = &c->mw;
+	struct zcrpc_grant *g = s->reg_free;
+	struct ibv_mr *r;
+	int idx = c->dev->idx;
+
+	if (!g) {
+		g = calloc(1, sizeof(*g));
+		if (!g)
+			return ZCRPC_RESOURCE_EXHAUSTED;
+		g->conn = c;
+		g->is_reg = 1;
+		g->anext = s->all;
+		s->all = g;
+	} else {
+		s->reg_free = g->qnext;
+	}
+	g->qnext = NULL;
+	r = zcrpc__spare_take(mr, idx);
+	if (!r) {
+		int err = atomic_load(&mr->refill_err[idx]);
+
+		g->qnext = s->reg_free;
+		s->reg_free = g;
+		if (err)
+			zcrpc__set_last_error(
+				"cannot register a grant target on %s: %s "
+				"(check `ulimit -l`)",
+				c->dev->prof->name, strerror(err));
+		return ZCRPC_RESOURCE_EXHAUSTED; /* being registered: retry */
+	}
+	g->rmr = r;
+	g->rkey = r->rkey;
+	g->state = ZCRPC_MW_BOUND;
+	g->answered = 0;
+	g->user_ctx = NULL;
+	c->stats.grants++;
+	out->addr = (uint64_t)(uintptr_t)mr->addr + offset;
+	out->len = len;
+	out->rkey = r->rkey;
+	out->reserved = 0;
+	if (grant)
+		*grant = g;
+	return ZCRPC_OK;
+}
+
+/* Deregisters a registration grant's memory: from now on the device
+ * accepts no write through its rkey. */
+static void reg_drop(struct zcrpc_grant *g)
+{
+	if (g->rmr) {
+		ibv_dereg_mr(g->rmr);
+		g->rmr = NULL;
+	}
+}
+
 zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
 				    size_t offset, size_t len, int access,
 				    zcrpc_remote_region *out,
@@ -76,6 +141,11 @@ zcrpc_status zcrpc__mr_grant_access(const zcrpc_mr *mr, zcrpc_conn *c,
 		return ZCRPC_FAILED_PRECONDITION;
 	if (!mr->mrs[c->dev->idx])
 		return ZCRPC_FAILED_PRECONDITION; /* registered after a removal */
+	if (!c->dev->prof->mw_type2) /* a write grant only: its spare's access */
+		return access != IBV_ACCESS_REMOTE_WRITE
+			       ? ZCRPC_FAILED_PRECONDITION
+			       : reg_grant((zcrpc_mr *)mr, c, offset, len, out,
+					   grant);
 	if (c->mw.used >= c->mw.depth)
 		return ZCRPC_RESOURCE_EXHAUSTED; /* bind slots all in the ring */
 	g = take_window(c);
@@ -141,7 +211,28 @@ static int post_inv(zcrpc_conn *c, struct zcrpc_grant *g)
 	return rc;
 }
 
-/* Posts the revokes that waited for send-queue room. */
+static void answer(zcrpc_conn *c, struct zcrpc_grant *g, zcrpc_status st)
+{
+	if (g->answered)
+		return;
+	g->answered = 1;
+	if (!c->dead && c->h.on_revoked)
+		c->h.on_revoked(c, g->user_ctx, st, c->h.arg);
+}
+
+/* A registration grant's revoke: its memory was deregistered at the
+ * revoke; the answer, and the record back for reuse. */
+static void reg_answered(zcrpc_conn *c, struct zcrpc_grant *g)
+{
+	c->stats.revokes++;
+	answer(c, g, ZCRPC_OK);
+	g->state = ZCRPC_MW_FREE;
+	g->qnext = c->mw.reg_free;
+	c->mw.reg_free = g;
+}
+
+/* Posts the revokes that waited for send-queue room (and answers those of
+ * registration grants, which need none). */
 void zcrpc__mw_pump(zcrpc_conn *c)
 {
 	struct zcrpc_grant *g;
@@ -152,9 +243,30 @@ void zcrpc__mw_pump(zcrpc_conn *c)
 		if (!c->mw.inv_head)
 			c->mw.inv_tail = NULL;
 		g->qnext = NULL;
+		if (g->is_reg) {
+			reg_answered(c, g);
+			continue;
+		}
 		if (post_inv(c, g))
 			return;
 	}
+}
+
+int zcrpc__mw_answer_due(zcrpc_worker *w)
+{
+	struct zcrpc__list *it;
+	int n = 0;
+
+	while ((it = zcrpc__list_first(&w->revokes_due))) {
+		zcrpc_conn *c = zcrpc__container_of(it, zcrpc_conn, due_link);
+
+		zcrpc__list_remove(it);
+		c->due_linked = 0;
+		if (c->mw.inv_head)
+			zcrpc__mw_pump(c);
+		n++;
+	}
+	return n;
 }
 
 zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx)
@@ -166,6 +278,8 @@ zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx)
 	c = g->conn;
 	if (g->state != ZCRPC_MW_BOUND)
 		return ZCRPC_INVALID_ARGUMENT; /* revoked twice */
+	if (g->is_reg)
+		reg_drop(g); /* now, whatever the connection's state */
 	if (c->state != ZCRPC_CONN_ESTABLISHED || c->closing) {
 		/* The QP is in error: nothing can land. Kept until teardown
 		 * (never bound again on a dead connection). */
@@ -176,7 +290,11 @@ zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx)
 	g->state = ZCRPC_MW_REVOKING;
 	g->answered = 0;
 	g->user_ctx = user_ctx;
-	if (c->mw.used < c->mw.depth && !c->mw.inv_head) {
+	if (g->is_reg && !c->due_linked) { /* answered in the next turn */
+		zcrpc__list_push_back(&c->w->revokes_due, &c->due_link);
+		c->due_linked = 1;
+	}
+	if (!g->is_reg && c->mw.used < c->mw.depth && !c->mw.inv_head) {
 		/* A failed post fails the connection, which answers. */
 		post_inv(c, g);
 		return ZCRPC_OK;
@@ -188,15 +306,6 @@ zcrpc_status zcrpc_grant_revoke(zcrpc_grant *g, void *user_ctx)
 		c->mw.inv_head = g;
 	c->mw.inv_tail = g;
 	return ZCRPC_OK;
-}
-
-static void answer(zcrpc_conn *c, struct zcrpc_grant *g, zcrpc_status st)
-{
-	if (g->answered)
-		return;
-	g->answered = 1;
-	if (!c->dead && c->h.on_revoked)
-		c->h.on_revoked(c, g->user_ctx, st, c->h.arg);
 }
 
 /* A BIND or INV left the ring (@st is its completion, or a flush). */
@@ -226,9 +335,12 @@ void zcrpc__mw_fail_all(zcrpc_conn *c)
 	struct zcrpc_grant *g;
 
 	c->mw.inv_head = c->mw.inv_tail = NULL;
-	for (g = c->mw.all; g; g = g->anext)
+	for (g = c->mw.all; g; g = g->anext) {
+		if (g->is_reg) /* other QPs of the PD could still use it */
+			reg_drop(g);
 		if (g->state == ZCRPC_MW_REVOKING)
 			answer(c, g, ZCRPC_UNAVAILABLE);
+	}
 }
 
 /* Teardown, before the QP is destroyed: every window goes. */
@@ -240,6 +352,7 @@ void zcrpc__mw_dealloc(zcrpc_conn *c)
 		if (g->mw)
 			ibv_dealloc_mw(g->mw);
 		g->mw = NULL;
+		reg_drop(g);
 	}
 }
 
@@ -252,7 +365,12 @@ void zcrpc__mw_free(zcrpc_conn *c)
 		c->mw.all = g->anext;
 		if (g->mw)
 			ibv_dealloc_mw(g->mw);
+		reg_drop(g);
 		free(g);
+	}
+	if (c->due_linked) {
+		zcrpc__list_remove(&c->due_link);
+		c->due_linked = 0;
 	}
 	memset(&c->mw.free_head, 0,
 	       sizeof(c->mw) - offsetof(struct zcrpc__mw_set, free_head));

@@ -40,6 +40,10 @@ static void release_ctx_dev(zcrpc_context *ctx, int idx)
 	zcrpc__list_foreach(it, &ctx->mrs) {
 		zcrpc_mr *mr = zcrpc__container_of(it, zcrpc_mr, link);
 
+		struct ibv_mr *spare = atomic_exchange(&mr->spare[idx], NULL);
+
+		if (spare) /* a refill after this finds no PD (mr_spare.c) */
+			ibv_dereg_mr(spare);
 		if (mr->mrs[idx]) {
 			ibv_dereg_mr(mr->mrs[idx]);
 			mr->mrs[idx] = NULL;

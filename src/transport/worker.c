@@ -256,6 +256,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 		goto err_reaper_lock;
 	atomic_init(&w->has_posts, 0);
 	zcrpc__list_init(&w->conns);
+	zcrpc__list_init(&w->revokes_due);
 	zcrpc__list_init(&w->listeners);
 	zcrpc__list_init(&w->jobs);
 	zcrpc__list_init(&w->ctx_link);
@@ -703,6 +704,8 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		    ? run_posts(w)
 		    : 0;
 	n += poll_conns(w);
+	if (!zcrpc__list_empty(&w->revokes_due))
+		n += zcrpc__mw_answer_due(w);
 	if (w->now_ns >= w->epoll_due_ns ||
 	    ++w->epoll_skipped >= ZCRPC_EPOLL_TURNS)
 		n += poll_epoll(w);

@@ -31,6 +31,9 @@ struct zcrpc__ctx_dev {
 	struct ibv_device_attr attr;
 	uint32_t max_msg_sz; /* of port 1 */
 	struct zcrpc__dev_profile prof; /* profile.c */
+	/* The inline size a new QP asks for first: prof.inline_cap, lowered
+	 * to what the device granted once it refused more (conn.c). */
+	atomic_uint inline_ask;
 };
 
 struct zcrpc_context {
@@ -45,6 +48,7 @@ struct zcrpc_context {
 	struct zcrpc__list workers; /* zcrpc_worker.ctx_link */
 	atomic_uint removed_gen;    /* bumped on each device removal */
 	atomic_uint next_vector;    /* workers' completion vectors, in turn */
+	struct zcrpc__spare_thread *spares; /* mr_spare.c, NULL until used */
 	struct rdma_event_channel *watch_ch; /* the watch ids' (non-blocking) */
 };
 
@@ -55,6 +59,13 @@ struct zcrpc_mr {
 	unsigned flags;
 	struct ibv_mr *mrs[ZCRPC_MAX_DEVICES]; /* per context device */
 	struct zcrpc__list link;	       /* ctx->mrs */
+	/* mr_spare.c, devices without type-2 windows, with
+	 * ZCRPC_MR_REMOTE_WRITE: the registration with remote write access
+	 * the next grant takes (NULL while the context's spare thread makes
+	 * one), and whether that thread was asked for one. */
+	_Atomic(struct ibv_mr *) spare[ZCRPC_MAX_DEVICES];
+	atomic_int refill_asked[ZCRPC_MAX_DEVICES];
+	atomic_int refill_err[ZCRPC_MAX_DEVICES]; /* errno of the last try */
 };
 
 /* ---- worker.c ----------------------------------------------------------- */
@@ -182,6 +193,7 @@ struct zcrpc_worker {
 	uint64_t async_events; /* async events that changed something */
 	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
 	struct zcrpc__list conns;		     /* zcrpc_conn.link */
+	struct zcrpc__list revokes_due; /* zcrpc_conn.due_link (mw.c) */
 	struct zcrpc__list listeners;		     /* zcrpc_listener.link */
 	pthread_mutex_t job_lock;
 	struct zcrpc__list jobs;	 /* zcrpc__job.link: unjoined */

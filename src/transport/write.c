@@ -1,7 +1,8 @@
 /* zcrpc — the RDMA-write path: WRITE and WRITE-with-immediate from memory
  * registered with zcrpc_mr_register() into a region the peer granted,
  * checked against both ranges before anything is posted, split at the
- * device's max_msg_sz, queued while the send queue is full. */
+ * device's max_msg_sz, queued while the send queue is full; where either
+ * side lacks write with immediate, a WRITE and a WRITTEN message. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -71,8 +72,21 @@ void zcrpc__conn_fail_writes(zcrpc_conn *c, zcrpc_status st)
 	}
 }
 
+/* The WRITTEN message that follows the last WRITE of @op on a connection
+ * without write with immediate: its value and the last piece's length
+ * (docs/protocol.md §4). RC delivers it after the WRITE's data. */
+static int post_written(zcrpc_conn *c, const struct zcrpc__slot *s,
+			const struct zcrpc__write_op *op, uint32_t piece)
+{
+	zcrpc__put_le32(s->ptr + ZCRPC_MSG_HDR_LEN, op->imm);
+	zcrpc__put_le32(s->ptr + ZCRPC_MSG_HDR_LEN + 4, piece);
+	return zcrpc__credits_post_msg(c, s, ZCRPC_MSG_WRITTEN,
+				       ZCRPC_WRITTEN_MSG_LEN, ZCRPC_SQ_MSG);
+}
+
 /* Posts pieces of queued writes while the send queue has room (and, for the
- * piece carrying an immediate, while a credit is there). */
+ * piece carrying an immediate, while a credit is there; on a connection
+ * that ends writes with WRITTEN, room for it and a pool slot as well). */
 void zcrpc__conn_pump_writes(zcrpc_conn *c)
 {
 	struct zcrpc__write_op *op;
@@ -84,6 +98,8 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 		uint64_t piece = op->left < max_piece ? op->left : max_piece;
 		int last = piece == op->left;
 		int imm = last && op->with_imm;
+		int written = imm && c->use_written;
+		struct zcrpc__slot ws;
 		struct ibv_sge sge = {
 			.addr = op->src,
 			.length = (uint32_t)piece,
@@ -92,7 +108,8 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 		struct ibv_send_wr wr = {
 			.sg_list = &sge,
 			.num_sge = piece ? 1 : 0, /* 0: test hook only */
-			.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+			.opcode = imm && !written ? IBV_WR_RDMA_WRITE_WITH_IMM
+						  : IBV_WR_RDMA_WRITE,
 		};
 		struct zcrpc__sq_entry e = {
 			ZCRPC_SQ_WRITE, 0, last ? op : NULL, NULL, NULL, 0};
@@ -103,19 +120,33 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 			c->stats.credit_stalls++;
 			return; /* resumes when credits come back */
 		}
+		if (written && zcrpc__sq_room(c) < 2)
+			return; /* the WRITE and its WRITTEN go together */
+		if (written &&
+		    zcrpc__pool_get(c->w->pool,
+				    ZCRPC_MSG_HDR_LEN + ZCRPC_WRITTEN_MSG_LEN,
+				    &ws) != ZCRPC_OK)
+			return; /* no send slot now: after the next completion */
 		wr.wr.rdma.remote_addr = op->dst;
 		wr.wr.rdma.rkey = op->rkey;
-		if (imm)
+		if (imm && !written)
 			wr.imm_data = htonl(op->imm);
 		rc = zcrpc__sq_post(c, &wr, &e, last);
+		if (!rc && written) {
+			rc = post_written(c, &ws, op, (uint32_t)piece);
+			if (rc)
+				zcrpc__pool_put(c->w->pool, ws.id);
+		} else if (rc && written) {
+			zcrpc__pool_put(c->w->pool, ws.id);
+		}
 		if (rc) {
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
 					 "ibv_post_send (RDMA WRITE): %s",
 					 strerror(rc));
 			return;
 		}
-		if (imm)
-			c->credits--;
+		if (imm && !written)
+			c->credits--; /* post_written took its own */
 		op->src += piece;
 		op->dst += piece;
 		op->left -= piece;
@@ -142,6 +173,13 @@ zcrpc_status zcrpc_conn_write(zcrpc_conn *c, const zcrpc_mr *src,
 		return ZCRPC_FAILED_PRECONDITION;
 	if (src->ctx != c->w->ctx || !src->mrs[c->dev->idx])
 		return ZCRPC_FAILED_PRECONDITION;
+	if (imm && c->no_write_end) {
+		zcrpc__set_last_error(
+			"%s has no RDMA WRITE with immediate and the peer does "
+			"not take WRITTEN messages (an older zcrpc)",
+			c->dev->prof->name);
+		return ZCRPC_FAILED_PRECONDITION;
+	}
 	if (src_offset > src->len || len > src->len - src_offset)
 		return ZCRPC_OUT_OF_RANGE;
 	if (dst_offset > dst->len || len > dst->len - dst_offset ||

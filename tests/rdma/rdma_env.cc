@@ -17,7 +17,15 @@ RxeEnv GetRxeEnv()
 	return {Env("ZCRPC_RXE_DEV0"),	    Env("ZCRPC_RXE_DEV1"),
 		Env("ZCRPC_RXE_ADDR0"),	    Env("ZCRPC_RXE_ADDR1"),
 		Env("ZCRPC_RXE_UNREACHABLE"), Env("ZCRPC_RXE_ADDR0_V6"),
-		Env("ZCRPC_RXE_ADDR1_V6")};
+		Env("ZCRPC_RXE_ADDR1_V6"),
+		Env("ZCRPC_RXE_PROVIDER").empty() ? std::string("rxe")
+						  : Env("ZCRPC_RXE_PROVIDER")};
+}
+
+bool MaskHas(const char *token)
+{
+	std::string caps = "," + Env("ZCRPC_TEST_CAPS") + ",";
+	return caps.find("," + std::string(token) + ",") != std::string::npos;
 }
 
 double TimeScale()

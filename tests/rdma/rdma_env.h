@@ -16,7 +16,13 @@
 
 struct RxeEnv {
 	std::string dev0, dev1, addr0, addr1, unreachable, addr0_v6, addr1_v6;
+	// The provider of dev0/dev1 (ZCRPC_RXE_PROVIDER): "rxe", or "siw" in
+	// the Soft-iWARP guest (scripts/rxe-vm --siw).
+	std::string provider;
 };
+
+// Whether the test build's capability mask (ZCRPC_TEST_CAPS) holds @token.
+bool MaskHas(const char *token);
 
 // Reads the environment; empty strings when unset.
 RxeEnv GetRxeEnv();

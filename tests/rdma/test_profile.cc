@@ -1,6 +1,9 @@
 // Device profiles over rxe (issue 13 item 4, the skeleton the hardware
 // issue fills in): what the context learned about each device once, and
 // the quirk the send queue follows (docs/design.md "Device profiles").
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -10,6 +13,7 @@
 extern "C" {
 #include "../../src/transport/profile.h"
 const struct zcrpc__dev_profile *zcrpc__context_profile(const zcrpc_context *ctx, int idx);
+int zcrpc__profile_describe(const struct zcrpc__dev_profile *p, char *buf, size_t cap);
 }
 
 namespace
@@ -17,30 +21,144 @@ namespace
 class Profile : public RdmaTest {};
 } // namespace
 
-// Every device of the guest is a Soft-RoCE device: provider rxe, the
-// InfiniBand transport (RoCE), a shared receive queue deep enough for the
-// default receive budget, and the drain-before-bind quirk set (the only
-// provider that has it).
-TEST_F(Profile, EveryRxeDeviceIsProfiledWithItsLimitsAndTheBindDrainQuirk)
+// Every device of the guest is profiled once at context creation: rxe
+// (RoCE: IB transport, type-2 windows, write with immediate, the
+// drain-before-bind quirk) or, in the Soft-iWARP guest, siw (iWARP: no
+// windows, no write with immediate, the active side first, no quirk); a
+// shared receive queue deep enough for the default receive budget. Under a
+// capability mask (ZCRPC_TEST_CAPS) the hidden features read as absent.
+TEST_F(Profile, EveryDeviceIsProfiledWithItsFeaturesLimitsAndQuirks)
 {
 	zcrpc_context *ctx = nullptr;
 	ASSERT_EQ(zcrpc_context_create(&ctx), ZCRPC_OK) << zcrpc_last_error();
+	const bool siw = env_.provider == "siw";
 	int n = 0;
 	for (int i = 0;; i++) {
 		const zcrpc__dev_profile *p = zcrpc__context_profile(ctx, i);
 		if (!p)
 			break;
 		n++;
-		EXPECT_EQ(std::strncmp(p->name, "rxe", 3), 0) << p->name;
-		EXPECT_EQ(p->provider, ZCRPC_PROV_RXE) << p->name;
-		EXPECT_STREQ(zcrpc__provider_name(p->provider), "rxe");
-		EXPECT_EQ(p->transport, IBV_TRANSPORT_IB) << p->name;
-		EXPECT_GE(p->max_srq_wr, 32768u) << p->name;
+		char line[256];
+		zcrpc__profile_describe(p, line, sizeof(line));
+		std::printf("profile: %s\n", line);
+		EXPECT_EQ(std::string(p->name).substr(0, 3), env_.provider) << p->name;
+		EXPECT_STREQ(zcrpc__provider_name(p->provider), env_.provider.c_str());
+		EXPECT_EQ(p->transport, siw ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB) << p->name;
+		EXPECT_EQ(p->link_layer, IBV_LINK_LAYER_ETHERNET) << p->name;
+		EXPECT_GE(p->max_srq_wr, 1024u) << p->name;
 		EXPECT_GT(p->max_cqe, 0u);
 		EXPECT_GT(p->max_qp_wr, 0u);
-		EXPECT_TRUE(p->bind_needs_drain) << p->name;
+		EXPECT_GT(p->max_sge, 0u);
+		EXPECT_EQ(p->bind_needs_drain, siw ? 0u : 1u) << p->name;
+		EXPECT_EQ(p->mw_type2, !siw && !MaskHas("no_mw") ? 1u : 0u) << p->name;
+		EXPECT_EQ(p->write_imm, !siw && !MaskHas("no_write_imm") ? 1u : 0u) << p->name;
+		EXPECT_EQ(p->active_first, siw || MaskHas("active_first") ? 1u : 0u) << p->name;
+		if (siw)
+			EXPECT_EQ(p->max_mw, 0u) << "siw has no memory windows";
+		EXPECT_EQ(p->masked, std::getenv("ZCRPC_TEST_CAPS") &&
+						     *std::getenv("ZCRPC_TEST_CAPS")
+					     ? 1u
+					     : 0u);
 	}
-	EXPECT_EQ(n, 2) << "the guest has rxe0 and rxe1";
+	EXPECT_EQ(n, 2) << "the guest has two devices";
 	EXPECT_EQ(zcrpc__context_profile(ctx, -1), nullptr);
 	zcrpc_context_destroy(ctx);
+}
+
+namespace
+{
+// One connection to an echo server on the guest's first address, from a
+// worker created while ZCRPC_TEST_CAPS is @caps (restored afterwards).
+struct MaskedConn {
+	zcrpc_worker *w = nullptr;
+	zcrpc_conn *c = nullptr;
+	bool up = false;
+	MaskedConn(const RxeEnv &env, EchoServer &srv, const char *caps)
+	{
+		const char *old = std::getenv("ZCRPC_TEST_CAPS");
+		std::string saved = old ? old : "";
+		if (caps)
+			setenv("ZCRPC_TEST_CAPS", caps, 1);
+		zcrpc_status st = zcrpc_worker_create(nullptr, &w);
+		if (old)
+			setenv("ZCRPC_TEST_CAPS", saved.c_str(), 1);
+		else
+			unsetenv("ZCRPC_TEST_CAPS");
+		if (st != ZCRPC_OK)
+			return;
+		zcrpc_conn_handlers h;
+		zcrpc_conn_handlers_init(&h);
+		if (zcrpc_connect(w, env.addr0.c_str(), std::to_string(srv.port()).c_str(),
+				  nullptr, &h, &c) != ZCRPC_OK)
+			return;
+		up = ProgressUntil(w, [&] { return zcrpc_conn_get_state(c) == ZCRPC_CONN_ESTABLISHED; },
+				   Scaled(10000));
+	}
+	~MaskedConn()
+	{
+		if (c)
+			zcrpc_conn_destroy(c);
+		if (w)
+			zcrpc_worker_destroy(w);
+	}
+};
+} // namespace
+
+// zcrpc_conn_get_info names the device the connection runs on (the guest's
+// first one: its address is there) and the path chosen from the profile.
+TEST_F(Profile, ConnectionInfoNamesTheDeviceAndThePathItUses)
+{
+	EchoServer srv(env_.addr0);
+	ASSERT_TRUE(srv.ok());
+	MaskedConn mc(env_, srv, nullptr);
+	ASSERT_TRUE(mc.up) << zcrpc_conn_get_error(mc.c);
+	zcrpc_conn_info info;
+	std::memset(&info, 0xab, sizeof(info));
+	zcrpc_conn_get_info(mc.c, &info, sizeof(info));
+	EXPECT_EQ(std::string(info.device), env_.dev0);
+	EXPECT_EQ(std::string(info.provider), env_.provider);
+	EXPECT_EQ(info.port, 1u);
+	const bool siw = env_.provider == "siw";
+	EXPECT_EQ(info.transport, siw ? ZCRPC_TRANSPORT_IWARP : ZCRPC_TRANSPORT_ROCE);
+	EXPECT_EQ(info.grant_path, siw || MaskHas("no_mw") ? ZCRPC_GRANT_REGISTRATION
+							   : ZCRPC_GRANT_WINDOW);
+	EXPECT_EQ(info.write_end, siw || MaskHas("no_write_imm") ? ZCRPC_WRITE_END_MSG
+								 : ZCRPC_WRITE_END_IMM);
+	EXPECT_EQ(info.active_first, siw || MaskHas("active_first") ? 1u : 0u);
+	// An older caller's shorter struct: only its bytes are written.
+	zcrpc_conn_info small;
+	std::memset(&small, 0xab, sizeof(small));
+	zcrpc_conn_get_info(mc.c, &small, offsetof(zcrpc_conn_info, port));
+	EXPECT_EQ(std::string(small.device), env_.dev0);
+	EXPECT_EQ(small.port, 0xababababu);
+	zcrpc_conn_get_info(nullptr, &info, sizeof(info)); // no-op, no crash
+}
+
+// Inline is found by asking: a first ask above what the device grants (a
+// mask raises it to 4096; rxe and siw refuse that) steps down to a size the
+// device takes, and the size that worked is asked first by the next QP. A
+// mask of 96 (bnxt_re's limit) caps what a connection uses.
+TEST_F(Profile, InlineIsFoundByAskingAndClampedToTheProfile)
+{
+	EchoServer srv(env_.addr0);
+	ASSERT_TRUE(srv.ok());
+	zcrpc_conn_stats st;
+	{
+		MaskedConn mc(env_, srv, "inline_ask=4096");
+		ASSERT_TRUE(mc.up) << zcrpc_conn_get_error(mc.c);
+		zcrpc_conn_get_stats(mc.c, &st, sizeof(st));
+		std::printf("inline asked 4096, granted %u\n", st.max_inline);
+		EXPECT_GT(st.max_inline, 0u) << "a refusal must not end at no inline";
+		EXPECT_LT(st.max_inline, 4096u);
+		const char *m = "inline after a step down";
+		ASSERT_EQ(zcrpc_conn_send(mc.c, m, std::strlen(m)), ZCRPC_OK);
+		ASSERT_TRUE(ProgressUntil(mc.w, [&] { return srv.echoed() > 0; }, Scaled(5000)));
+	}
+	{
+		MaskedConn mc(env_, srv, "inline=96");
+		ASSERT_TRUE(mc.up) << zcrpc_conn_get_error(mc.c);
+		zcrpc_conn_get_stats(mc.c, &st, sizeof(st));
+		EXPECT_LE(st.max_inline, 96u);
+		std::printf("inline capped at 96: %u\n", st.max_inline);
+	}
 }
