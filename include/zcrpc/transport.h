@@ -766,6 +766,39 @@ typedef struct zcrpc_conn_info {
 				*   first message (the passive side waits) */
 } zcrpc_conn_info;
 
+/** What the context learned about one of its devices and the paths it
+ * selects there, read with zcrpc_context_get_device_info(). */
+typedef struct zcrpc_device_info {
+	char name[64];	      /**< the RDMA device, e.g. "rxe0", "siw0" */
+	char provider[16];    /**< "rxe", "siw", "mlx5" or "other" */
+	char summary[256];    /**< one line: what was detected, the paths chosen */
+	uint32_t transport;   /**< ZCRPC_TRANSPORT_* */
+	uint32_t port_state;  /**< port 1's state now (IBV_PORT_*: 4 ACTIVE) */
+	uint32_t active_mtu;  /**< port 1's active MTU in bytes */
+	uint32_t grant_path;  /**< ZCRPC_GRANT_* on this device */
+	uint32_t write_end;   /**< ZCRPC_WRITE_END_IMM or _MSG on this device */
+	uint32_t active_first; /**< 1: iWARP, the active side sends first */
+	uint32_t inline_ask;  /**< inline bytes a new queue pair asks for */
+	uint32_t max_qp_wr, max_sge, max_srq_wr, max_cqe, max_mw;
+	uint32_t max_msg_sz; /**< port 1's largest message (an RDMA WRITE piece) */
+	uint32_t removed;    /**< 1: the device was removed (DEVICE_REMOVAL) */
+	uint32_t reserved;   /**< 0 */
+} zcrpc_device_info;
+
+/** The number of devices @ctx uses (0 for NULL); their indexes are
+ * 0 .. count - 1. Any thread. */
+ZCRPC_API int zcrpc_context_device_count(const zcrpc_context *ctx);
+
+/**
+ * zcrpc_context_get_device_info - copy what @ctx knows about its device
+ * @idx into @out (at most @out_size bytes: pass sizeof(*out)); the port's
+ * state is queried now. Any thread. Errors: INVALID_ARGUMENT (NULL, or no
+ * device @idx).
+ */
+ZCRPC_API zcrpc_status zcrpc_context_get_device_info(zcrpc_context *ctx, int idx,
+						     zcrpc_device_info *out,
+						     size_t out_size);
+
 /**
  * zcrpc_conn_get_info - copy what @conn runs on into @out (at most
  * @out_size bytes: pass sizeof(*out)). Zeroes @out for a connection that

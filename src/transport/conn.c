@@ -161,8 +161,9 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	if (!c->sq_depth)
 		c->sq_depth = w->opts.send_depth;
 	/* As many send-queue slots again for binding and invalidating
-	 * memory windows (mw.c): they cost no peer credit. */
-	c->mw.depth = c->sq_depth;
+	 * memory windows (mw.c): they cost no peer credit. A device without
+	 * windows grants by registration, which takes no slot. */
+	c->mw.depth = c->dev->prof->mw_type2 ? c->sq_depth : 0;
 	/* and one for a fence ahead of a drain (send_queue.c) */
 	c->sq_size = c->sq_depth + c->mw.depth + 1;
 	c->share_min = c->recv_depth < w->opts.recv_share ? c->recv_depth
@@ -170,11 +171,13 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 #ifdef ZCRPC_TESTING
 	test_cqe = zcrpc__testing_cq_entries(0); /* an undersized CQ (T19) */
 #endif
-	if ((int)c->sq_size > c->dev->attr->max_qp_wr) {
+	if (c->sq_size > c->dev->prof->max_qp_wr) {
 		zcrpc__conn_fail(
 			c, ZCRPC_INVALID_ARGUMENT,
-			"queue depths exceed the device (max_qp_wr %d)",
-			c->dev->attr->max_qp_wr);
+			"send depth %u needs %u work requests, more than %s "
+			"allows (max_qp_wr %u): lower send_depth",
+			c->sq_depth, c->sq_size, c->dev->prof->name,
+			c->dev->prof->max_qp_wr);
 		return ZCRPC_INVALID_ARGUMENT;
 	}
 	st = zcrpc__conn_alloc_queues(c);

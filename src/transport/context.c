@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/abi.h"
+
 zcrpc_status zcrpc_context_create(zcrpc_context **out)
 {
 	zcrpc_context *ctx;
@@ -283,4 +285,55 @@ const struct zcrpc__dev_profile *
 zcrpc__context_profile(const zcrpc_context *ctx, int idx)
 {
 	return ctx && idx >= 0 && idx < ctx->ndev ? &ctx->dev[idx].prof : NULL;
+}
+
+int zcrpc_context_device_count(const zcrpc_context *ctx)
+{
+	return ctx ? ctx->ndev : 0;
+}
+
+zcrpc_status zcrpc_context_get_device_info(zcrpc_context *ctx, int idx,
+					   zcrpc_device_info *out,
+					   size_t out_size)
+{
+	const struct zcrpc__ctx_dev *d;
+	const struct zcrpc__dev_profile *p;
+	struct ibv_port_attr pa;
+	zcrpc_device_info i;
+
+	if (!ctx || !out || idx < 0 || idx >= ctx->ndev)
+		return ZCRPC_INVALID_ARGUMENT;
+	d = &ctx->dev[idx];
+	p = &d->prof;
+	memset(&i, 0, sizeof(i));
+	snprintf(i.name, sizeof(i.name), "%s", p->name);
+	snprintf(i.provider, sizeof(i.provider), "%s",
+		 zcrpc__provider_name(p->provider));
+	zcrpc__profile_describe(p, i.summary, sizeof(i.summary));
+	i.transport = p->transport == IBV_TRANSPORT_IWARP ? ZCRPC_TRANSPORT_IWARP
+		      : p->link_layer == IBV_LINK_LAYER_ETHERNET
+			      ? ZCRPC_TRANSPORT_ROCE
+			      : ZCRPC_TRANSPORT_IB;
+	pthread_mutex_lock(&ctx->lock);
+	i.removed = d->removed || !d->verbs;
+	if (!i.removed && ibv_query_port(d->verbs, 1, &pa) == 0) {
+		i.port_state = pa.state;
+		i.active_mtu = pa.active_mtu >= IBV_MTU_256 &&
+					       pa.active_mtu <= IBV_MTU_4096
+				       ? 128u << pa.active_mtu
+				       : 0;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	i.grant_path = p->mw_type2 ? ZCRPC_GRANT_WINDOW : ZCRPC_GRANT_REGISTRATION;
+	i.write_end = p->write_imm ? ZCRPC_WRITE_END_IMM : ZCRPC_WRITE_END_MSG;
+	i.active_first = p->active_first;
+	i.inline_ask = atomic_load(&d->inline_ask);
+	i.max_qp_wr = p->max_qp_wr;
+	i.max_sge = p->max_sge;
+	i.max_srq_wr = p->max_srq_wr;
+	i.max_cqe = p->max_cqe;
+	i.max_mw = p->max_mw;
+	i.max_msg_sz = d->max_msg_sz;
+	ZCRPC__ABI_OUT(out, out_size, &i);
+	return ZCRPC_OK;
 }

@@ -237,7 +237,8 @@ void zcrpc__mw_pump(zcrpc_conn *c)
 {
 	struct zcrpc_grant *g;
 
-	while ((g = c->mw.inv_head) && c->mw.used < c->mw.depth &&
+	while ((g = c->mw.inv_head) &&
+	       (g->is_reg || c->mw.used < c->mw.depth) && /* reg: no slot */
 	       c->state == ZCRPC_CONN_ESTABLISHED && !c->closing) {
 		c->mw.inv_head = g->qnext;
 		if (!c->mw.inv_head)

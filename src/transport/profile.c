@@ -22,15 +22,16 @@ static enum zcrpc__provider provider_of(const char *name,
 	return ZCRPC_PROV_OTHER;
 }
 
-#ifdef ZCRPC_TESTING
-/* The test build's capability mask: ZCRPC_TEST_CAPS, comma-separated
- * tokens that hide features from the probe so the fallback paths run over
- * real verbs (docs/testing.md "Capability masks"): no_mw, no_write_imm,
+/* The capability mask: ZCRPC_DEVICE_CAPS, comma-separated tokens that hide
+ * features from the probe, so the fallback paths run over real verbs (the
+ * tests over rxe: docs/testing.md "Capability masks"; the benchmark's
+ * fallback rows; a device that reports a feature it cannot use): no_mw,
+ * no_write_imm,
  * active_first, inline=N (a cap), inline_ask=N (the first ask, to see a
  * refusal), max_qp_wr=N. Unknown tokens are ignored. */
-static void apply_test_mask(struct zcrpc__dev_profile *p)
+static void apply_mask(struct zcrpc__dev_profile *p)
 {
-	const char *s = getenv("ZCRPC_TEST_CAPS");
+	const char *s = getenv("ZCRPC_DEVICE_CAPS");
 	char buf[256], *tok, *save = NULL;
 
 	if (!s || !*s)
@@ -61,7 +62,6 @@ static void apply_test_mask(struct zcrpc__dev_profile *p)
 		p->masked = 1;
 	}
 }
-#endif
 
 void zcrpc__profile_probe(struct zcrpc__dev_profile *p,
 			  struct ibv_context *verbs,
@@ -97,9 +97,7 @@ void zcrpc__profile_probe(struct zcrpc__dev_profile *p,
 	 * here: docs/testing.md). */
 	p->bind_needs_drain = p->provider == ZCRPC_PROV_RXE;
 	p->selective_signal = 1; /* every provider honours unsignaled WRs */
-#ifdef ZCRPC_TESTING
-	apply_test_mask(p);
-#endif
+	apply_mask(p);
 }
 
 int zcrpc__profile_describe(const struct zcrpc__dev_profile *p, char *buf,
@@ -121,7 +119,7 @@ int zcrpc__profile_describe(const struct zcrpc__dev_profile *p, char *buf,
 			p->write_imm ? "write with immediate" : "WRITTEN message",
 			p->active_first ? "active side sends" : "either side sends",
 			p->inline_cap, p->max_qp_wr, p->max_sge, p->max_srq_wr,
-			p->masked ? " (masked by ZCRPC_TEST_CAPS)" : "");
+			p->masked ? " (masked by ZCRPC_DEVICE_CAPS)" : "");
 }
 
 const char *zcrpc__provider_name(enum zcrpc__provider prov)

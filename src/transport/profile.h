@@ -36,7 +36,7 @@ struct zcrpc__dev_profile {
 	/* iWARP: the passive side sends nothing before the active side's
 	 * first message arrives (rdma_connect(3)). */
 	unsigned active_first : 1;
-	/* A test's capability mask hid features (ZCRPC_TEST_CAPS). */
+	/* The capability mask ZCRPC_DEVICE_CAPS hid features. */
 	unsigned masked : 1;
 	/* Quirk: a BIND_MW or LOCAL_INV must wait until the send queue
 	 * drained (rxe re-executes one a retransmission rewinds over:
@@ -49,8 +49,8 @@ struct zcrpc__dev_profile {
 };
 
 /* Fills @p from the device's attributes and port 1's (queried by the
- * caller; @port NULL when that failed). In the test build, the capability
- * mask of ZCRPC_TEST_CAPS is applied last (profile.c). */
+ * caller; @port NULL when that failed). The capability mask of
+ * ZCRPC_DEVICE_CAPS is applied last (profile.c). */
 void zcrpc__profile_probe(struct zcrpc__dev_profile *p,
 			  struct ibv_context *verbs,
 			  const struct ibv_device_attr *attr,

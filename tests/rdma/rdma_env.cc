@@ -24,7 +24,7 @@ RxeEnv GetRxeEnv()
 
 bool MaskHas(const char *token)
 {
-	std::string caps = "," + Env("ZCRPC_TEST_CAPS") + ",";
+	std::string caps = "," + Env("ZCRPC_DEVICE_CAPS") + ",";
 	return caps.find("," + std::string(token) + ",") != std::string::npos;
 }
 

@@ -21,7 +21,7 @@ struct RxeEnv {
 	std::string provider;
 };
 
-// Whether the test build's capability mask (ZCRPC_TEST_CAPS) holds @token.
+// Whether the test build's capability mask (ZCRPC_DEVICE_CAPS) holds @token.
 bool MaskHas(const char *token);
 
 // Reads the environment; empty strings when unset.

@@ -26,7 +26,7 @@ class Profile : public RdmaTest {};
 // drain-before-bind quirk) or, in the Soft-iWARP guest, siw (iWARP: no
 // windows, no write with immediate, the active side first, no quirk); a
 // shared receive queue deep enough for the default receive budget. Under a
-// capability mask (ZCRPC_TEST_CAPS) the hidden features read as absent.
+// capability mask (ZCRPC_DEVICE_CAPS) the hidden features read as absent.
 TEST_F(Profile, EveryDeviceIsProfiledWithItsFeaturesLimitsAndQuirks)
 {
 	zcrpc_context *ctx = nullptr;
@@ -55,8 +55,8 @@ TEST_F(Profile, EveryDeviceIsProfiledWithItsFeaturesLimitsAndQuirks)
 		EXPECT_EQ(p->active_first, siw || MaskHas("active_first") ? 1u : 0u) << p->name;
 		if (siw)
 			EXPECT_EQ(p->max_mw, 0u) << "siw has no memory windows";
-		EXPECT_EQ(p->masked, std::getenv("ZCRPC_TEST_CAPS") &&
-						     *std::getenv("ZCRPC_TEST_CAPS")
+		EXPECT_EQ(p->masked, std::getenv("ZCRPC_DEVICE_CAPS") &&
+						     *std::getenv("ZCRPC_DEVICE_CAPS")
 					     ? 1u
 					     : 0u);
 	}
@@ -68,22 +68,22 @@ TEST_F(Profile, EveryDeviceIsProfiledWithItsFeaturesLimitsAndQuirks)
 namespace
 {
 // One connection to an echo server on the guest's first address, from a
-// worker created while ZCRPC_TEST_CAPS is @caps (restored afterwards).
+// worker created while ZCRPC_DEVICE_CAPS is @caps (restored afterwards).
 struct MaskedConn {
 	zcrpc_worker *w = nullptr;
 	zcrpc_conn *c = nullptr;
 	bool up = false;
 	MaskedConn(const RxeEnv &env, EchoServer &srv, const char *caps)
 	{
-		const char *old = std::getenv("ZCRPC_TEST_CAPS");
+		const char *old = std::getenv("ZCRPC_DEVICE_CAPS");
 		std::string saved = old ? old : "";
 		if (caps)
-			setenv("ZCRPC_TEST_CAPS", caps, 1);
+			setenv("ZCRPC_DEVICE_CAPS", caps, 1);
 		zcrpc_status st = zcrpc_worker_create(nullptr, &w);
 		if (old)
-			setenv("ZCRPC_TEST_CAPS", saved.c_str(), 1);
+			setenv("ZCRPC_DEVICE_CAPS", saved.c_str(), 1);
 		else
-			unsetenv("ZCRPC_TEST_CAPS");
+			unsetenv("ZCRPC_DEVICE_CAPS");
 		if (st != ZCRPC_OK)
 			return;
 		zcrpc_conn_handlers h;
@@ -161,4 +161,24 @@ TEST_F(Profile, InlineIsFoundByAskingAndClampedToTheProfile)
 		EXPECT_LE(st.max_inline, 96u);
 		std::printf("inline capped at 96: %u\n", st.max_inline);
 	}
+}
+
+// A device whose max_qp_wr is below what the send queue needs (a mask of
+// 100: the default depth 64 needs 129 work requests with windows, 65
+// without) refuses the connection clearly, naming the device and the limit,
+// instead of a bare EINVAL from the provider.
+TEST_F(Profile, SendQueueBeyondTheDeviceMaxQpWrIsRefusedNamingIt)
+{
+	EchoServer srv(env_.addr0);
+	ASSERT_TRUE(srv.ok());
+	const bool windows = env_.provider != "siw" && !MaskHas("no_mw");
+	MaskedConn mc(env_, srv, windows ? "max_qp_wr=100" : "max_qp_wr=60");
+	ASSERT_FALSE(mc.up);
+	ASSERT_NE(mc.c, nullptr);
+	ProgressUntil(mc.w, [&] { return zcrpc_conn_get_state(mc.c) == ZCRPC_CONN_CLOSED; },
+		      Scaled(5000));
+	std::string err = zcrpc_conn_get_error(mc.c);
+	EXPECT_NE(err.find("max_qp_wr"), std::string::npos) << err;
+	EXPECT_NE(err.find(env_.dev0), std::string::npos) << err;
+	EXPECT_NE(err.find("send_depth"), std::string::npos) << err;
 }
