@@ -5,7 +5,7 @@
 # scripts/rxe-vm.
 
 # Options, as parse_args leaves them.
-SHARE_OPT='' TIMEOUT=3600 COUNTERS_FILE='' HOST_MODE=0 PREPARE=0 VERBOSE=0 TWO=0
+SHARE_OPT='' TIMEOUT=3600 COUNTERS_FILE='' HOST_MODE=0 PREPARE=0 VERBOSE=0 TWO=0 SIW=0
 EXTRA_ENV=() ARGV=()
 
 usage() {
@@ -87,6 +87,7 @@ parse_args() {
             --env=*) add_env "${1#*=}" ;;
             --host) HOST_MODE=1 ;;
             --two) TWO=1 ;;
+            --siw) SIW=1 ;;
             --prepare) PREPARE=1 ;;
             -v | --verbose) VERBOSE=1 ;;
             --) shift; break ;;
@@ -97,6 +98,11 @@ parse_args() {
     done
     ARGV=("$@")
     [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "--timeout must be a positive number of seconds"
+    if ((SIW)); then
+        ((!TWO)) || die "--siw and --two do not go together (--two is rxe only)"
+        ((!HOST_MODE)) || die "--siw and --host do not go together (--siw needs the guest's siw module)"
+        use_provider siw
+    fi
     if [[ -n $COUNTERS_FILE ]]; then
         # Resolve now: the caller's cwd is what the caller meant.
         [[ $COUNTERS_FILE == /* ]] || COUNTERS_FILE=$PWD/$COUNTERS_FILE
