@@ -1,15 +1,17 @@
 # shellcheck shell=bash
 # rxe-vm.d/common.sh - what every part of scripts/rxe-vm shares: the exit
 # codes, the test network of both modes (one guest with rxe0/rxe1 on a veth
-# pair; --two with rxe0 on eth0 in each guest), the guest's kernel modules,
-# what reaches COMMAND's environment, and msg/die.  Sourced by scripts/rxe-vm
-# (on the host and, as the control dir's copy, in the guest).
+# pair, or siw0/siw1 with --siw; --two with rxe0 on eth0 in each guest),
+# the guest's kernel modules, what reaches COMMAND's environment, and
+# msg/die.  Sourced by scripts/rxe-vm (on the host and, as the control dir's
+# copy, in the guest).
 
 readonly EXIT_HARNESS=125   # harness failure (no boot, no rxe, bad usage)
 readonly EXIT_TIMEOUT=124   # --timeout expired
 
-# The test network, identical in every mode.
-readonly DEV0=rxe0 DEV1=rxe1
+# The test network, identical in every mode.  The RDMA devices on the veth
+# pair are Soft-RoCE by default, Soft-iWARP with --siw (use_provider).
+PROVIDER=rxe DEV0=rxe0 DEV1=rxe1
 readonly NETDEV0=veth0 NETDEV1=veth1
 readonly ADDR0=192.0.2.1 ADDR1=192.0.2.2 UNREACHABLE=192.0.2.99 PREFIXLEN=24
 # IPv6 documentation prefix; GIDs as they appear in sysfs.
@@ -17,6 +19,16 @@ readonly ADDR0_V6=2001:db8::1 ADDR1_V6=2001:db8::2 PREFIXLEN_V6=64
 readonly GID0_V6=2001:0db8:0000:0000:0000:0000:0000:0001
 readonly GID1_V6=2001:0db8:0000:0000:0000:0000:0000:0002
 readonly RXE_WAIT_SECONDS=20
+
+# use_provider rxe|siw: the link type and device names of the one-guest
+# network (rxe0/rxe1, or siw0/siw1 for --siw), in PROVIDER, DEV0, DEV1.
+use_provider() {
+    case $1 in
+        rxe) PROVIDER=rxe DEV0=rxe0 DEV1=rxe1 ;;
+        siw) PROVIDER=siw DEV0=siw0 DEV1=siw1 ;;
+        *) die "unknown provider $1" ;;
+    esac
+}
 
 # Guest kernel modules; the initramfs also gets everything they depend on
 # (ib_core, ib_cm, rdma_cm, 9pnet, virtio, ...), loaded in dependency order.

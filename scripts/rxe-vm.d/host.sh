@@ -9,6 +9,9 @@
 run_direct() {
     local tmp rc=0
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/rxe-vm.XXXXXX")
+    # Called from COMMAND of a --siw guest: its counters are siw's.
+    [[ ${ZCRPC_RXE_PROVIDER:-} != siw ]] || use_provider siw
+    export ZCRPC_RXE_PROVIDER=${ZCRPC_RXE_PROVIDER:-$PROVIDER}
     export ZCRPC_RXE_DEV0=${ZCRPC_RXE_DEV0:-$DEV0} ZCRPC_RXE_DEV1=${ZCRPC_RXE_DEV1:-$DEV1}
     export ZCRPC_RXE_ADDR0=${ZCRPC_RXE_ADDR0:-$ADDR0} ZCRPC_RXE_ADDR1=${ZCRPC_RXE_ADDR1:-$ADDR1}
     export ZCRPC_RXE_UNREACHABLE=${ZCRPC_RXE_UNREACHABLE:-$UNREACHABLE}

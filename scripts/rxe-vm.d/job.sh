@@ -2,14 +2,15 @@
 # rxe-vm.d/job.sh - what the host hands to guest stage 2: the share (the
 # directory mounted read-write at its own path, which must hold the caller's
 # cwd) and job.sh, the job file stage2.sh sources: cwd, argv, COMMAND's
-# whole environment, and whether our stdout/stderr are terminals.
+# whole environment, whether our stdout/stderr are terminals, and the
+# provider (rxe or siw) of the one-guest network.
 
 # Environment for COMMAND in the guest, as NAME=VALUE words.
 guest_env() {
     local name
     while read -r name; do
         [[ $name =~ $PASS_ENV_RE ]] || continue
-        case $name in ZCRPC_IN_GUEST | ZCRPC_RXE_HOST | ZCRPC_RXE_DEV[01] | ZCRPC_RXE_ADDR[01] | ZCRPC_RXE_ADDR[01]_V6 | ZCRPC_RXE_UNREACHABLE) continue ;; esac
+        case $name in ZCRPC_IN_GUEST | ZCRPC_RXE_HOST | ZCRPC_RXE_PROVIDER | ZCRPC_RXE_DEV[01] | ZCRPC_RXE_ADDR[01] | ZCRPC_RXE_ADDR[01]_V6 | ZCRPC_RXE_UNREACHABLE) continue ;; esac
         case $name in ZCRPC_VMCTL | ZCRPC_RXE2_*) continue ;; esac
         printf '%s\0' "$name=${!name}"
     done < <(compgen -e)
@@ -29,8 +30,10 @@ two_env_words() {
         ZCRPC_RXE2_ADDR_SELF="$TWO_ADDR_A" ZCRPC_RXE2_ADDR_PEER="$TWO_ADDR_B"
 }
 
+# The one-guest network: the provider (rxe, or siw with --siw), its two
+# devices and the addresses.
 rxe_env_words() {
-    printf '%s\0' ZCRPC_RXE_DEV0="$DEV0" ZCRPC_RXE_DEV1="$DEV1" \
+    printf '%s\0' ZCRPC_RXE_PROVIDER="$PROVIDER" ZCRPC_RXE_DEV0="$DEV0" ZCRPC_RXE_DEV1="$DEV1" \
         ZCRPC_RXE_ADDR0="$ADDR0" ZCRPC_RXE_ADDR1="$ADDR1" \
         ZCRPC_RXE_ADDR0_V6="$ADDR0_V6" ZCRPC_RXE_ADDR1_V6="$ADDR1_V6" \
         ZCRPC_RXE_UNREACHABLE="$UNREACHABLE"
@@ -65,5 +68,6 @@ write_job() {
         while IFS= read -r -d '' word; do printf ' %q' "$word"; done < <(guest_env)
         printf ' )\n'
         printf 'JOB_OUT_TTY=%d\nJOB_ERR_TTY=%d\n' "$out_tty" "$err_tty"
+        printf 'JOB_PROVIDER=%q\n' "$PROVIDER"
     } > "$file"
 }

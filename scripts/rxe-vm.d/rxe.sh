@@ -66,6 +66,20 @@ check_char_devs() {
 # (bounded) until both are usable.  Returns non-zero with a message on
 # stderr on failure.
 setup_rxe() {
+    setup_veth_pair || return 1
+    try rdma link add "$DEV0" type rxe netdev "$NETDEV0" || return 1
+    try rdma link add "$DEV1" type rxe netdev "$NETDEV1" || return 1
+    if [[ ${1:-} == cross ]]; then
+        route_across_veth || return 1
+    fi
+    wait_rxe_ready "rxe devices" "$DEV0" "$(gid_suffix "$ADDR0")" "$DEV1" "$(gid_suffix "$ADDR1")" \
+        "$DEV0" "$GID0_V6" "$DEV1" "$GID1_V6" || return 1
+    check_char_devs /dev/infiniband/uverbs0 /dev/infiniband/uverbs1 /dev/infiniband/rdma_cm
+}
+
+# veth0/veth1 up with the test addresses (IPv4 and IPv6), the network both
+# setup_rxe and setup_siw (siw.sh) put their devices on.
+setup_veth_pair() {
     # Called in `if` / `$(...)` contexts where `set -e` does not apply,
     # hence the explicit checks.
     try ip link set lo up || return 1
@@ -76,14 +90,6 @@ setup_rxe() {
     try ip -6 addr add "$ADDR1_V6/$PREFIXLEN_V6" dev "$NETDEV1" nodad || return 1
     try ip link set "$NETDEV0" up || return 1
     try ip link set "$NETDEV1" up || return 1
-    try rdma link add "$DEV0" type rxe netdev "$NETDEV0" || return 1
-    try rdma link add "$DEV1" type rxe netdev "$NETDEV1" || return 1
-    if [[ ${1:-} == cross ]]; then
-        route_across_veth || return 1
-    fi
-    wait_rxe_ready "rxe devices" "$DEV0" "$(gid_suffix "$ADDR0")" "$DEV1" "$(gid_suffix "$ADDR1")" \
-        "$DEV0" "$GID0_V6" "$DEV1" "$GID1_V6" || return 1
-    check_char_devs /dev/infiniband/uverbs0 /dev/infiniband/uverbs1 /dev/infiniband/rdma_cm
 }
 
 # Make traffic between the two local addresses cross the veth pair when the
@@ -150,9 +156,14 @@ teardown_rxe() {
 
 # Print "<dev> <counter> <value>" for every hw_counter of rxe0 and rxe1, or
 # of the devices given as arguments; with SNAPSHOT_LABEL set (--two), the
-# first column reads "<label>/<dev>".
+# first column reads "<label>/<dev>".  siw has no hw_counters: with --siw
+# (and no arguments) the veth and TCP counters instead (siw.sh).
 snapshot_counters() {
     local dev f v
+    if [[ $PROVIDER == siw ]] && ((!$#)); then
+        snapshot_net_counters
+        return
+    fi
     (($#)) || set -- "$DEV0" "$DEV1"
     for dev in "$@"; do
         for f in /sys/class/infiniband/"$dev"/ports/1/hw_counters/*; do
@@ -170,18 +181,25 @@ join_counters() {
 }
 
 # The one-line stderr summary from a joined counters file (every device in
-# it, in order).
+# it, in order): rxe's sent_pkts/rcvd_pkts, or with --siw the veths'
+# tx_packets/rx_packets and TCP's OutSegs/InSegs.
 print_counter_summary() {
-    awk '
+    local names='sent_pkts rcvd_pkts'
+    [[ $PROVIDER != siw ]] || names='tx_packets rx_packets OutSegs InSegs'
+    awk -v names="$names" '
         !($1 in seen) { seen[$1] = 1; devs[++n] = $1 }
         { v[$1 " " $2] = $3 "->" $4 }
         END {
+            m = split(names, name, " ")
             line = "rxe-vm:"
             for (i = 1; i <= n; i++) {
                 d = devs[i]
-                line = line (i > 1 ? ";" : "") " " d \
-                    " sent_pkts " ((d " sent_pkts") in v ? v[d " sent_pkts"] : "?") \
-                    " rcvd_pkts " ((d " rcvd_pkts") in v ? v[d " rcvd_pkts"] : "?")
+                part = ""
+                for (j = 1; j <= m; j++)
+                    if ((d " " name[j]) in v) part = part " " name[j] " " v[d " " name[j]]
+                if (part == "")   # none of them: say so, as "?"
+                    for (j = 1; j <= 2; j++) part = part " " name[j] " ?"
+                line = line (i > 1 ? ";" : "") " " d part
             }
             print line
         }' "$1" >&2

@@ -28,6 +28,7 @@ guest_stage2() {
     # Defines JOB_CWD, JOB_ARGV, JOB_ENV, JOB_OUT_TTY, JOB_ERR_TTY.
     # shellcheck disable=SC1091
     source "$dir/job.sh"
+    use_provider "${JOB_PROVIDER:-rxe}"
 
     stage2_log "started${role:+ as guest ${role^^}}"
     stage2_prepare_system "$role"
@@ -59,10 +60,10 @@ stage2_prepare_system() {
     [[ -e /dev/stderr ]] || ln -s /proc/self/fd/2 /dev/stderr
 }
 
-# stage2_setup_rxe CTL DIR ROLE: the one-guest network (rxe0/rxe1, routed
-# across the veth pair) or, for --two, rxe0 on eth0 (and in guest A, wait
-# for B's agent).  On failure write DIR/setup-error (the host shows it) and
-# fail.
+# stage2_setup_rxe CTL DIR ROLE: the one-guest network (rxe0/rxe1, or
+# siw0/siw1 for --siw, routed across the veth pair) or, for --two, rxe0 on
+# eth0 (and in guest A, wait for B's agent).  On failure write
+# DIR/setup-error (the host shows it) and fail.
 stage2_setup_rxe() {
     local ctl=$1 dir=$2 role=$3 err
     STAGE2_DEVS=("$DEV0" "$DEV1")
@@ -76,6 +77,12 @@ stage2_setup_rxe() {
         stage2_log "$TWO_DEV on $TWO_NETDEV ready"
         if [[ $role == a ]] && ! err=$(wait_for_peer "$ctl" 2>&1); then
             printf '%s\n' "$err" > "$dir/setup-error"
+            return 1
+        fi
+    elif [[ $PROVIDER == siw ]]; then
+        STAGE2_DEVS=()   # snapshot_counters: the veth/TCP counters
+        if ! err=$(setup_siw "$ctl/siw-modules" 2>&1); then
+            printf 'siw setup failed in the guest:\n%s\n' "$err" > "$dir/setup-error"
             return 1
         fi
     elif ! err=$(setup_rxe cross 2>&1); then

@@ -40,6 +40,8 @@ fill_ctl() {
     cp "$SELF" "$CTL/rxe-vm"
     cp -R "$LIB_DIR" "$CTL/rxe-vm.d"
     printf '%s\n' "$SHARE" > "$CTL/share"
+    # --siw: the siw modules stage 2 loads (siw.sh's load_siw_modules).
+    [[ -z $SIW_DIR ]] || cp -R "$SIW_DIR" "$CTL/siw-modules"
     OUT_TTY=0 ERR_TTY=0
     [[ ! -t 1 ]] || OUT_TTY=1
     [[ ! -t 2 ]] || ERR_TTY=1
@@ -167,6 +169,7 @@ vm_why_no_status() {
 # output, exit with COMMAND's status.
 run_vm() {
     prepare_cache
+    ((!SIW)) || prepare_siw_cache
     resolve_share
 
     local mem=${ZCRPC_VM_MEM:-4096} cpus=${ZCRPC_VM_CPUS:-2}
