@@ -17,6 +17,8 @@
 #define ZCRPC_CQ_MIN_CQE  1024u
 /* Entries a shared CQ keeps free beyond what its connections reserve. */
 #define ZCRPC_CQ_SLACK 64u
+/* The size of a new CQ on a device that cannot resize one. */
+#define ZCRPC_CQ_FIXED_CQE 32768u
 
 /* ---- qp_num -> connection (open addressing, linear probing) ---------- */
 
@@ -196,6 +198,7 @@ static struct zcrpc__cq *cq_new(zcrpc_worker *w, struct zcrpc__device *d,
 static int fit(struct zcrpc__cq *g, uint32_t need)
 {
 	uint32_t max = g->dev->prof->max_cqe, want;
+	int rc;
 
 	if (need <= g->cqe)
 		return 0;
@@ -204,8 +207,17 @@ static int fit(struct zcrpc__cq *g, uint32_t need)
 	want = g->cqe * 2 > need ? g->cqe * 2 : need;
 	if (want > max)
 		want = max;
-	if (ibv_resize_cq(g->cq, (int)want))
+	if (g->dev->cq_fixed)
 		return -1;
+	rc = ibv_resize_cq(g->cq, (int)want);
+	if (rc) {
+		/* the provider's error, negative (siw: -EOPNOTSUPP) or not */
+		int err = rc < 0 ? -rc : rc;
+
+		if (err == EOPNOTSUPP || err == ENOSYS)
+			g->dev->cq_fixed = 1; /* the next CQ is made big */
+		return -1;
+	}
 	g->cqe = (uint32_t)g->cq->cqe;
 	g->w->cqs_resized++;
 	return need <= g->cqe ? 0 : -1;
@@ -239,6 +251,10 @@ zcrpc_status zcrpc__cq_attach(zcrpc_conn *c, uint32_t test_cqe)
 
 		if (!test_cqe && cqe < ZCRPC_CQ_MIN_CQE)
 			cqe = ZCRPC_CQ_MIN_CQE;
+		/* A device that cannot grow a CQ gets it at its full size
+		 * (as large as a grown one would be) */
+		if (!test_cqe && d->cq_fixed && cqe < ZCRPC_CQ_FIXED_CQE)
+			cqe = ZCRPC_CQ_FIXED_CQE;
 		if (!test_cqe && cqe > d->prof->max_cqe)
 			cqe = d->prof->max_cqe;
 		if (!test_cqe && send + recv + ZCRPC_CQ_SLACK > cqe) {

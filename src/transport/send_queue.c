@@ -10,29 +10,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Reaps ring entry @e: the entry is emptied first, then what it held is
+ * released and answered. The answers run callbacks (on_write_done,
+ * on_revoked, a refusal's close) that may tear the connection down and
+ * free the ring; nothing here touches @e after them, and callers check
+ * c->sq before going on. */
 static void reap_entry(zcrpc_conn *c, struct zcrpc__sq_entry *e,
 		       enum ibv_wc_status st)
 {
-	int last = e->kind == ZCRPC_SQ_MSG_LAST;
+	struct zcrpc__sq_entry x = *e;
+	int last = x.kind == ZCRPC_SQ_MSG_LAST;
 
-	if (e->kind == ZCRPC_SQ_MSG || last)
-		zcrpc__pool_put(c->w->pool, e->slot);
-	else if (e->kind == ZCRPC_SQ_KEEPALIVE)
+	free(x.dw); /* never posted: released with the queues */
+	memset(e, 0, sizeof(*e));
+	if (x.kind == ZCRPC_SQ_MSG || last)
+		zcrpc__pool_put(c->w->pool, x.slot);
+	else if (x.kind == ZCRPC_SQ_KEEPALIVE)
 		c->ka_outstanding = 0;
-	else if (e->kind == ZCRPC_SQ_FENCE)
+	else if (x.kind == ZCRPC_SQ_FENCE)
 		c->sq_fences--;
-	else if (e->kind == ZCRPC_SQ_BIND || e->kind == ZCRPC_SQ_INV)
-		zcrpc__mw_reaped(c, e, st);
-	if (e->op) {
-		zcrpc__write_finish(c, e->op,
+	else if (x.kind == ZCRPC_SQ_BIND || x.kind == ZCRPC_SQ_INV)
+		zcrpc__mw_reaped(c, &x, st);
+	if (x.op) {
+		zcrpc__write_finish(c, x.op,
 				    st == IBV_WC_SUCCESS ? ZCRPC_OK : ZCRPC_UNAVAILABLE);
-		free(e->op);
+		free(x.op);
 	}
-	free(e->dw); /* never posted: released with the queues */
-	e->dw = NULL;
-	e->kind = 0;
-	e->op = NULL;
-	e->g = NULL;
 	if (last)
 		zcrpc__auth_last_sent(c); /* a refusal went out: close */
 }
@@ -42,9 +45,11 @@ void zcrpc__sq_flush_all(zcrpc_conn *c)
 {
 	if (!c->sq)
 		return;
-	for (; c->sq_head < c->sq_tail; c->sq_head++)
-		reap_entry(c, &c->sq[c->sq_head % c->sq_size],
-			   IBV_WC_WR_FLUSH_ERR);
+	while (c->sq && c->sq_head < c->sq_tail) {
+		uint64_t seq = c->sq_head++;
+
+		reap_entry(c, &c->sq[seq % c->sq_size], IBV_WC_WR_FLUSH_ERR);
+	}
 	c->sq_posted = c->sq_tail;
 }
 
@@ -284,13 +289,16 @@ void zcrpc__sq_complete(zcrpc_conn *c, uint64_t seq, enum ibv_wc_status st)
 {
 	if (seq < c->sq_head || seq >= c->sq_posted)
 		return; /* already reaped (or never posted: not ours) */
-	while (c->sq_head <= seq) {
-		struct zcrpc__sq_entry *e = &c->sq[c->sq_head % c->sq_size];
+	while (c->sq && c->sq_head <= seq) {
+		uint64_t at = c->sq_head++;
 
-		/* In-order completion: all before @seq succeeded. */
-		reap_entry(c, e, c->sq_head == seq ? st : IBV_WC_SUCCESS);
-		c->sq_head++;
+		/* In-order completion: all before @seq succeeded. A callback
+		 * may have torn the connection down (c->sq freed). */
+		reap_entry(c, &c->sq[at % c->sq_size],
+			   at == seq ? st : IBV_WC_SUCCESS);
 	}
+	if (!c->sq)
+		return;
 	if (c->drain_close && c->sq_head == c->sq_tail)
 		zcrpc__conn_close_drained(c);
 }

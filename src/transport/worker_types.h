@@ -148,6 +148,9 @@ struct zcrpc__device {
 	struct zcrpc__src src;
 	struct zcrpc__list cqs; /* zcrpc__cq.link */
 	int ncq;
+	/* ibv_resize_cq is not supported (siw): new CQs are made at their
+	 * full size (cq.c) instead of growing. */
+	unsigned cq_fixed : 1;
 	struct zcrpc__qpmap qpmap;
 	struct zcrpc__srq srq;
 };

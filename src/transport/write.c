@@ -132,29 +132,31 @@ void zcrpc__conn_pump_writes(zcrpc_conn *c)
 		if (imm && !written)
 			wr.imm_data = htonl(op->imm);
 		rc = zcrpc__sq_post(c, &wr, &e, last);
-		if (!rc && written) {
-			rc = post_written(c, &ws, op, (uint32_t)piece);
-			if (rc)
-				zcrpc__pool_put(c->w->pool, ws.id);
-		} else if (rc && written) {
-			zcrpc__pool_put(c->w->pool, ws.id);
-		}
 		if (rc) {
+			if (written)
+				zcrpc__pool_put(c->w->pool, ws.id);
 			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
 					 "ibv_post_send (RDMA WRITE): %s",
 					 strerror(rc));
 			return;
 		}
 		if (imm && !written)
-			c->credits--; /* post_written took its own */
+			c->credits--; /* post_written takes its own */
 		op->src += piece;
 		op->dst += piece;
 		op->left -= piece;
-		if (last) {
+		if (last) { /* the ring holds it now, whatever follows */
 			c->wq = op->next;
 			if (!c->wq)
 				c->wq_tail = NULL;
 			op->in_ring = 1;
+		}
+		if (written && (rc = post_written(c, &ws, op, (uint32_t)piece))) {
+			zcrpc__pool_put(c->w->pool, ws.id);
+			zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE,
+					 "ibv_post_send (WRITTEN): %s",
+					 strerror(rc));
+			return;
 		}
 	}
 }

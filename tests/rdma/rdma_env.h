@@ -37,10 +37,12 @@ inline std::chrono::milliseconds Scaled(int ms)
 		static_cast<int64_t>(ms * TimeScale()));
 }
 
-// Sum of one hw_counter over both rxe devices (-1 if unreadable).
+// Sum of one hw_counter over both rxe devices (-1 if unreadable). Over siw
+// (no hw_counters) sent_pkts / rcvd_pkts read the guest's TCP OutSegs /
+// InSegs, which siw's traffic moves (machine-wide, once for both).
 int64_t RxeCounter(const RxeEnv &env, const char *name);
 
-// One hw_counter of one device (-1 if unreadable).
+// One hw_counter of one device (-1 if unreadable); siw as above.
 int64_t DevCounter(const std::string &dev, const char *name);
 
 class RdmaTest : public ::testing::Test {

@@ -698,8 +698,12 @@ TEST_F(Faults, ServerStoppedFiveSecondsUnderFullLoadQueuesThenCompletes)
 	ASSERT_EQ(StartCall(ch, SOAK_ECHO, &warm, 5, 100), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(w, [&] { return warm.fired > 0; }, ScaledMs(10000)));
 	ASSERT_EQ(warm.status, ZCRPC_OK);
+	// rxe counts receiver-not-ready errors; iWARP (siw) has no RNR at all:
+	// a send without a receive would end the connection (checked below).
+	const bool rxe = env_.provider == "rxe";
 	int64_t rnr0 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
-	ASSERT_GE(rnr0, 0);
+	if (rxe)
+		ASSERT_GE(rnr0, 0);
 	ASSERT_EQ(kill(kid.pid, SIGSTOP), 0);
 	int wst = 0;
 	ASSERT_EQ(waitpid(kid.pid, &wst, WUNTRACED), kid.pid);
@@ -749,7 +753,8 @@ TEST_F(Faults, ServerStoppedFiveSecondsUnderFullLoadQueuesThenCompletes)
 		}
 	}
 	int64_t rnr1 = RxeCounter(env_, "rcvd_rnr_err") + RxeCounter(env_, "send_rnr_err");
-	EXPECT_EQ(rnr1, rnr0) << "receiver-not-ready errors";
+	if (rxe)
+		EXPECT_EQ(rnr1, rnr0) << "receiver-not-ready errors";
 	auto cs = CStats(ch);
 	EXPECT_EQ(cs.reconnects, 0u) << "the connection did not survive";
 	EXPECT_GE(cs.queue_full, static_cast<uint64_t>(refused));
