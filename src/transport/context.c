@@ -115,32 +115,9 @@ int zcrpc__context_dev_index(const zcrpc_context *ctx,
 }
 
 /* Registers [addr, addr+len) on every device of the context that is
- * still there (a removed device's entry stays NULL). */
-int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
-		       struct ibv_mr **mrs)
-{
-	int i, err = 0;
-
-	pthread_mutex_lock(&ctx->lock);
-	for (i = 0; i < ctx->ndev; i++) {
-		mrs[i] = NULL;
-		if (!ctx->dev[i].pd)
-			continue;
-		mrs[i] = ibv_reg_mr(ctx->dev[i].pd, addr, len, access);
-		if (!mrs[i]) {
-			err = errno ? errno : ENOMEM;
-			while (i-- > 0)
-				if (mrs[i])
-					ibv_dereg_mr(mrs[i]);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&ctx->lock);
-	return err;
-}
-
-/* As zcrpc__context_reg, for a registration with @flags: a write target
- * asks for window binding only on devices that have type-2 windows. */
+ * still there (a removed device's entry stays NULL), for a registration
+ * with @flags: a write target asks for window binding only on devices that
+ * have type-2 windows. */
 int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
 			      int access, unsigned flags, struct ibv_mr **mrs)
 {
@@ -166,6 +143,12 @@ int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return err;
+}
+
+int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
+		       struct ibv_mr **mrs)
+{
+	return zcrpc__context_reg_target(ctx, addr, len, access, 0, mrs);
 }
 
 /* The pool's registrar: local access on every device. */
