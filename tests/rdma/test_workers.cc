@@ -591,6 +591,17 @@ TEST_F(Workers, GracefulShutdownDrainsBothWorkersOffThreadRepliesIncluded)
 			    Scaled(10000)));
 	EXPECT_EQ(g_hold_on[0].load(), 2);
 	EXPECT_EQ(g_hold_on[1].load(), 2);
+	// The echo load runs on every channel before the shutdown starts (a
+	// call that had not reached the server yet is turned away by it).
+	ASSERT_TRUE(WaitFor(
+		[&] {
+			for (auto &c : clients)
+				if (c->ok.load() == 0)
+					return false;
+			return true;
+		},
+		Scaled(10000)))
+		<< "the echo load did not get going";
 	for (int i = 0; i < n; i++)
 		EXPECT_FALSE(held[i]->done.load()); // in flight at shutdown
 	EXPECT_EQ(srv.Shutdown(static_cast<int>(Scaled(10000).count())),
