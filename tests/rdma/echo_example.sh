@@ -7,7 +7,9 @@ server=$1 client=$2
 out=$(mktemp)
 "$server" -a "$ZCRPC_RXE_ADDR0" -p 0 >"$out" 2>&1 &
 spid=$!
-trap 'kill "$spid" 2>/dev/null || true; rm -f "$out"' EXIT
+# shellcheck source=server_process.sh
+source "$(dirname "$0")/server_process.sh"
+trap 'stop_server; rm -f "$out"' EXIT
 for _ in $(seq 100); do
   grep -q '^listening on' "$out" && break
   sleep 0.1

@@ -9,7 +9,9 @@ server=$1 client=$2
 : "${ZCRPC_RXE_ADDR0:?run through scripts/rxe-vm (needs Soft-RoCE)}"
 dir=$(mktemp -d)
 spid=
-trap '[ -n "$spid" ] && kill "$spid" 2>/dev/null; rm -rf "$dir"' EXIT
+# shellcheck source=server_process.sh
+source "$(dirname "$0")/server_process.sh"
+trap 'stop_server; rm -rf "$dir"' EXIT
 "$server" -a "$ZCRPC_RXE_ADDR0" -p 0 >"$dir/server.log" 2>&1 &
 spid=$!
 for _ in $(seq 100); do

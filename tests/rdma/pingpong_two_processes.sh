@@ -5,7 +5,9 @@ set -euo pipefail
 server=$1 client=$2
 : "${ZCRPC_RXE_ADDR0:?run through scripts/rxe-vm (needs Soft-RoCE)}"
 out=$(mktemp)
-trap 'kill "$spid" 2>/dev/null || true; rm -f "$out"' EXIT
+# shellcheck source=server_process.sh
+source "$(dirname "$0")/server_process.sh"
+trap 'stop_server; rm -f "$out"' EXIT
 "$server" -a "$ZCRPC_RXE_ADDR0" -p 0 -c 1 >"$out" 2>&1 &
 spid=$!
 for _ in $(seq 100); do
