@@ -109,10 +109,17 @@ void RdmaTest::SetUp()
 bool ProgressUntil(zcrpc_worker *w, const std::function<bool()> &done,
 		   std::chrono::milliseconds timeout)
 {
+	// The answer is the check that ended the loop: asking again could
+	// read a condition that held and then stopped holding (another
+	// thread's counters) and report false at once.
 	auto end = std::chrono::steady_clock::now() + timeout;
-	while (!done() && std::chrono::steady_clock::now() < end)
+	for (;;) {
+		if (done())
+			return true;
+		if (std::chrono::steady_clock::now() >= end)
+			return false;
 		zcrpc_worker_progress(w, 0);
-	return done();
+	}
 }
 
 EchoServer::EchoServer(const std::string &addr, const zcrpc_worker_opts *opts)
