@@ -106,6 +106,10 @@ typedef struct zcrpc_channel_opts {
 	 * channel's queue (max_pending) and go out as room returns; the window
 	 * still bounds the calls in flight. */
 	uint32_t send_depth;
+	/** The IP type-of-service byte of the channel's connections (1..255;
+	 * 0 = the kernel's default): zcrpc_connect_opts.tos. 64 bits wide so
+	 * that it lies past the old struct's tail padding (docs/abi.md). */
+	uint64_t tos;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 

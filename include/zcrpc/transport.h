@@ -318,6 +318,19 @@ typedef struct zcrpc_connect_opts {
 	/** Who this client says it is, covered by the proof (copied; up to
 	 * 64 bytes; NULL = empty). Only sent when @psk is set. */
 	const char *identity;
+	/**
+	 * The IP type-of-service byte (DSCP << 2 | ECN, 1..255) of this
+	 * connection's traffic: RoCE v2 and iWARP put it in the IP header
+	 * (the traffic class), and the kernel maps it to the priority (on
+	 * RoCE the service level / PFC class). Set with RDMA_OPTION_ID_TOS
+	 * before the route is resolved; the server's side of the connection
+	 * follows the client's request. 0 (the default) leaves the kernel's
+	 * default (`default_roce_tos`, normally 0). Above 255:
+	 * INVALID_ARGUMENT. zcrpc_conn_get_info() reads back what the queue
+	 * pair carries. InfiniBand takes its service level from the subnet
+	 * manager's path record; zcrpc sets none itself (docs/devices.md).
+	 */
+	uint32_t tos;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_connect_opts;
 
@@ -527,10 +540,14 @@ ZCRPC_API zcrpc_status zcrpc_conn_recv_keep(zcrpc_conn *conn, zcrpc_msg *out);
 #define ZCRPC_MR_REMOTE_WRITE 0x1u /**< may be granted to peers as a write target (zcrpc_mr_grant) */
 
 /**
- * zcrpc_mr_register - register @len bytes at @addr on every device of @ctx,
- * once, so they can be the source of zcrpc_conn_write() on any connection
- * of a worker using @ctx, or (with ZCRPC_MR_REMOTE_WRITE) a write target
- * granted with zcrpc_mr_grant(). The registration itself never grants
+ * zcrpc_mr_register - register @len bytes at @addr with @ctx, so they can
+ * be the source of zcrpc_conn_write() on any connection of a worker using
+ * @ctx, or (with ZCRPC_MR_REMOTE_WRITE) a write target granted with
+ * zcrpc_mr_grant(). Registered on the devices the context's workers use
+ * (on every device while none is used yet), and on another device when a
+ * worker's first connection there comes (that connection fails
+ * RESOURCE_EXHAUSTED naming the device if the registration is refused
+ * then); zcrpc_device_info.registered_bytes shows the cost per device. The registration itself never grants
  * remote access: with ZCRPC_MR_REMOTE_WRITE it is registered for local
  * write and memory-window binding only (IBV_ACCESS_MW_BIND, never
  * IBV_ACCESS_REMOTE_WRITE), so its own rkey lets no peer in; peers write
@@ -764,6 +781,11 @@ typedef struct zcrpc_conn_info {
 	uint32_t max_inline;  /**< inline bytes the queue pair was granted */
 	uint32_t active_first; /**< 1: iWARP's rule, the active side sends the
 				*   first message (the passive side waits) */
+	/** The queue pair's address vector as the device holds it
+	 * (ibv_query_qp): the GRH traffic class (the ToS on RoCE v2), the
+	 * service level, and the source GID index. 0 on iWARP, whose queue
+	 * pairs have no address vector. */
+	uint32_t traffic_class, service_level, gid_index;
 } zcrpc_conn_info;
 
 /** What the context learned about one of its devices and the paths it
@@ -783,11 +805,28 @@ typedef struct zcrpc_device_info {
 	uint32_t max_msg_sz; /**< port 1's largest message (an RDMA WRITE piece) */
 	uint32_t removed;    /**< 1: the device was removed (DEVICE_REMOVAL) */
 	uint32_t reserved;   /**< 0 */
+	/** 1: a worker of the context has used the device (a connection
+	 * there): pools and the application's memory are registered on it
+	 * from then on. Until a first device is used, the application's
+	 * registrations go on every device (so the call that registers sees
+	 * a bad range or the locked-memory limit); afterwards only on the
+	 * devices in use, and on another device when it comes into use. */
+	uint32_t in_use;
+	uint32_t reserved2; /**< 0 */
+	/** Bytes registered on this device now (worker pools, the
+	 * application's memory, bulk buffers, grant spares): what the
+	 * locked-memory limit (ulimit -l) is charged for it. */
+	uint64_t registered_bytes;
 } zcrpc_device_info;
 
 /** The number of devices @ctx uses (0 for NULL); their indexes are
  * 0 .. count - 1. Any thread. */
 ZCRPC_API int zcrpc_context_device_count(const zcrpc_context *ctx);
+
+/** The RDMA devices librdmacm listed beyond the most a context uses (8),
+ * left unused (each named in a warning at zcrpc_context_create); 0 for
+ * NULL. Any thread. */
+ZCRPC_API int zcrpc_context_skipped_devices(const zcrpc_context *ctx);
 
 /**
  * zcrpc_context_get_device_info - copy what @ctx knows about its device

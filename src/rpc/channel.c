@@ -38,6 +38,7 @@ zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch)
 	co.psk = ch->o.psk;
 	co.psk_len = ch->o.psk_len;
 	co.identity = ch->o.psk ? ch->identity : NULL;
+	co.tos = (uint32_t)ch->o.tos;
 	st = zcrpc_connect(ch->w, ch->host, ch->port, &co, &h, &ch->conn);
 	if (st == ZCRPC_OK) {
 		if (ch->attempts++)
@@ -258,7 +259,8 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	    ch->o.default_timeout_us < 0 || (!ch->o.psk && ch->o.psk_len) ||
 	    (ch->o.psk && (ch->o.psk_len < ZCRPC_PSK_MIN ||
 			   ch->o.psk_len > ZCRPC_PSK_MAX)) ||
-	    (ch->o.identity && strlen(ch->o.identity) > ZCRPC_IDENTITY_MAX)) {
+	    (ch->o.identity && strlen(ch->o.identity) > ZCRPC_IDENTITY_MAX) ||
+	    ch->o.tos > 255) {
 		free(ch);
 		return ZCRPC_INVALID_ARGUMENT;
 	}

@@ -69,6 +69,9 @@ int main(int argc, char **argv)
 			       d.max_qp_wr, d.max_sge, d.max_srq_wr, d.max_cqe,
 			       d.max_mw, d.max_msg_sz, d.summary);
 	}
+	if (zcrpc_context_skipped_devices(ctx))
+		printf("%d more devices not used (a context uses at most %d)\n",
+		       zcrpc_context_skipped_devices(ctx), n);
 	zcrpc_context_destroy(ctx);
 	return n > 0 ? 0 : 1;
 }

@@ -836,6 +836,17 @@ void zcrpc_conn_get_info(const zcrpc_conn *c, zcrpc_conn_info *out,
 					       : ZCRPC_WRITE_END_IMM;
 		i.max_inline = c->max_inline;
 		i.active_first = p->active_first;
+		if (c->id && c->id->qp && !c->dev_gone &&
+		    p->transport != IBV_TRANSPORT_IWARP) {
+			struct ibv_qp_attr a;
+			struct ibv_qp_init_attr ia;
+
+			if (ibv_query_qp(c->id->qp, &a, IBV_QP_AV, &ia) == 0) {
+				i.traffic_class = a.ah_attr.grh.traffic_class;
+				i.service_level = a.ah_attr.sl;
+				i.gid_index = a.ah_attr.grh.sgid_index;
+			}
+		}
 	}
 	ZCRPC__ABI_OUT(out, out_size, &i);
 }

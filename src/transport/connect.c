@@ -18,6 +18,29 @@
 #include "hello.h"
 #include "../core/abi.h"
 
+/* rdma_create_ep's steps for an active endpoint (a synchronous id, its
+ * address and route resolved), with the ToS set before the route is:
+ * rdma_create_ep offers no point in between. -1 with errno. */
+static int create_ep_tos(struct zcrpc__job *job, struct rdma_addrinfo *res)
+{
+	struct rdma_cm_id *id;
+	int e;
+
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP))
+		return -1;
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &job->tos,
+			    sizeof(job->tos)) ||
+	    rdma_resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, 2000) ||
+	    rdma_resolve_route(id, 2000)) {
+		e = errno;
+		rdma_destroy_id(id);
+		errno = e;
+		return -1;
+	}
+	job->id = id;
+	return 0;
+}
+
 static void *job_main(void *arg)
 {
 	struct zcrpc__job *job = arg;
@@ -55,7 +78,8 @@ static void *job_main(void *arg)
 		goto done;
 	}
 	/* NULL PD and QP attributes: the worker makes the QP itself. */
-	if (rdma_create_ep(&job->id, res, NULL, NULL)) {
+	if (job->tos ? create_ep_tos(job, res)
+		     : rdma_create_ep(&job->id, res, NULL, NULL)) {
 		job->err = errno ? errno : EHOSTUNREACH;
 		job->id = NULL;
 		snprintf(job->detail, sizeof(job->detail),
@@ -199,7 +223,7 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 			return ZCRPC_INVALID_ARGUMENT;
 		if ((o.recv_depth && (o.recv_depth < ZCRPC_MIN_QUEUE_DEPTH ||
 				      o.recv_depth > ZCRPC_MAX_QUEUE_DEPTH)) ||
-		    o.send_depth > ZCRPC_MAX_QUEUE_DEPTH)
+		    o.send_depth > ZCRPC_MAX_QUEUE_DEPTH || o.tos > 255)
 			return ZCRPC_INVALID_ARGUMENT;
 	}
 	job = calloc(1, sizeof(*job));
@@ -208,6 +232,7 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	job->host = strdup(host);
 	job->port = strdup(port);
 	job->src_addr = o.src_addr ? strdup(o.src_addr) : NULL;
+	job->tos = (uint8_t)o.tos;
 	if (!job->host || !job->port || (o.src_addr && !job->src_addr))
 		goto err_job;
 	c = zcrpc__conn_alloc(w, &h);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../core/abi.h"
+#include "../core/log.h"
 
 zcrpc_status zcrpc_context_create(zcrpc_context **out)
 {
@@ -39,10 +40,20 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 				      "none); " ZCRPC_NO_DEVICE_HINT);
 		return ZCRPC_UNAVAILABLE; /* no RDMA device, or rdma_ucm missing */
 	}
-	for (i = 0; i < n && ctx->ndev < ZCRPC_MAX_DEVICES; i++) {
+	for (i = 0; i < n; i++) {
 		struct zcrpc__ctx_dev *d = &ctx->dev[ctx->ndev];
 		struct ibv_port_attr pa;
 
+		if (ctx->ndev == ZCRPC_MAX_DEVICES) {
+			/* Said, never silent: zcrpc_context_skipped_devices. */
+			ctx->nskipped++;
+			zcrpc__log(ZCRPC_LOG_WARN,
+				   "RDMA device %s not used: a context uses at "
+				   "most %d devices",
+				   ibv_get_device_name(ctx->list[i]->device),
+				   ZCRPC_MAX_DEVICES);
+			continue;
+		}
 		d->verbs = ctx->list[i];
 		if (ibv_query_device(d->verbs, &d->attr))
 			continue;
@@ -114,30 +125,72 @@ int zcrpc__context_dev_index(const zcrpc_context *ctx,
 	return -1;
 }
 
-/* Registers [addr, addr+len) on every device of the context that is
- * still there (a removed device's entry stays NULL), for a registration
- * with @flags: a write target asks for window binding only on devices that
- * have type-2 windows. */
-int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
-			      int access, unsigned flags, struct ibv_mr **mrs)
+struct ibv_mr *zcrpc__dev_reg(zcrpc_context *ctx, int idx, void *addr,
+			      size_t len, int access)
+{
+	struct ibv_mr *r;
+
+	errno = ENODEV;
+	if (!ctx->dev[idx].pd)
+		return NULL;
+	r = ibv_reg_mr(ctx->dev[idx].pd, addr, len, access);
+	if (r)
+		atomic_fetch_add(&ctx->dev[idx].reg_bytes, r->length);
+	return r;
+}
+
+void zcrpc__dev_dereg(zcrpc_context *ctx, struct ibv_mr *r)
+{
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++)
+		if (ctx->dev[i].pd && ctx->dev[i].pd == r->pd) {
+			atomic_fetch_sub(&ctx->dev[i].reg_bytes, r->length);
+			break;
+		}
+	ibv_dereg_mr(r);
+}
+
+/* Whether the application's memory goes on device @i now: the devices a
+ * worker of the context uses, or every device while none is used yet (so
+ * that a bad range or the locked-memory limit is still reported by the
+ * call that registers). Under ctx->lock. */
+static int reg_on(const zcrpc_context *ctx, int i)
+{
+	return ctx->dev[i].pd && (!ctx->nused || ctx->dev[i].used);
+}
+
+/* The access of @mr's registration on device @idx: a write target asks
+ * for window binding only where type-2 windows exist. */
+static int mr_access(const zcrpc_context *ctx, int idx, unsigned flags)
+{
+	int a = IBV_ACCESS_LOCAL_WRITE;
+
+	if ((flags & ZCRPC_MR_REMOTE_WRITE) &&
+	    !zcrpc__spare_wanted(ctx, idx, flags))
+		a |= IBV_ACCESS_MW_BIND;
+	return a;
+}
+
+/* Registers [addr, addr+len) for a registration with @flags on the
+ * devices reg_on() names (a removed device's entry stays NULL). */
+static int reg_target(zcrpc_context *ctx, void *addr, size_t len,
+		      unsigned flags, struct ibv_mr **mrs)
 {
 	int i, err = 0;
 
 	pthread_mutex_lock(&ctx->lock);
 	for (i = 0; i < ctx->ndev; i++) {
-		int a = access;
-
 		mrs[i] = NULL;
-		if (!ctx->dev[i].pd)
+		if (!reg_on(ctx, i))
 			continue;
-		if (zcrpc__spare_wanted(ctx, i, flags))
-			a &= ~IBV_ACCESS_MW_BIND;
-		mrs[i] = ibv_reg_mr(ctx->dev[i].pd, addr, len, a);
+		mrs[i] = zcrpc__dev_reg(ctx, i, addr, len,
+					mr_access(ctx, i, flags));
 		if (!mrs[i]) {
 			err = errno ? errno : ENOMEM;
 			while (i-- > 0)
 				if (mrs[i])
-					ibv_dereg_mr(mrs[i]);
+					zcrpc__dev_dereg(ctx, mrs[i]);
 			break;
 		}
 	}
@@ -145,31 +198,105 @@ int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
 	return err;
 }
 
-int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
-		       struct ibv_mr **mrs)
+int zcrpc__context_use_device(zcrpc_context *ctx, int idx, char *why,
+			      size_t why_len)
 {
-	return zcrpc__context_reg_target(ctx, addr, len, access, 0, mrs);
+	struct zcrpc__ctx_dev *d = &ctx->dev[idx];
+	struct zcrpc__list *it;
+	int err = 0;
+
+	if (atomic_load(&d->used))
+		return 0;
+	pthread_mutex_lock(&ctx->lock);
+	/* Memory registered while no device was used is on every device. */
+	zcrpc__list_foreach(it, &ctx->mrs) {
+		zcrpc_mr *mr = zcrpc__container_of(it, zcrpc_mr, link);
+
+		if (mr->mrs[idx] || !d->pd)
+			continue;
+		mr->mrs[idx] = zcrpc__dev_reg(ctx, idx, mr->addr, mr->len,
+					      mr_access(ctx, idx, mr->flags));
+		if (!mr->mrs[idx]) {
+			err = errno ? errno : ENOMEM;
+			snprintf(why, why_len,
+				 "registering the application's %zu bytes on %s: "
+				 "%s%s",
+				 mr->len, d->prof.name, strerror(err),
+				 err == ENOMEM || err == EPERM
+					 ? " (raise the locked-memory limit: "
+					   "ulimit -l)"
+					 : "");
+			break;
+		}
+		if (zcrpc__spare_wanted(ctx, idx, mr->flags) &&
+		    (err = zcrpc__spare_make_locked(mr, idx)) != 0) {
+			snprintf(why, why_len,
+				 "registering a grant's spare of %zu bytes on %s: %s",
+				 mr->len, d->prof.name, strerror(err));
+			break;
+		}
+	}
+	if (!err && !atomic_load(&d->used)) {
+		atomic_store(&d->used, 1);
+		ctx->nused++;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
 }
 
-/* The pool's registrar: local access on every device. */
-static int pool_reg(void *c, void *addr, size_t len, void **handle,
-		    uint32_t lkeys[ZCRPC_MAX_DEVICES])
+/* The pool's registrar: local access on the devices of @mask. */
+static int pool_reg(void *c, void *addr, size_t len, uint32_t mask,
+		    void **handle, uint32_t lkeys[ZCRPC_MAX_DEVICES])
 {
 	zcrpc_context *ctx = c;
 	struct ibv_mr **mrs = calloc(ZCRPC_MAX_DEVICES, sizeof(*mrs));
-	int i, err;
+	int i, err = 0;
 
 	if (!mrs)
 		return ENOMEM;
-	err = zcrpc__context_reg(ctx, addr, len, IBV_ACCESS_LOCAL_WRITE, mrs);
+	pthread_mutex_lock(&ctx->lock);
+	for (i = 0; i < ctx->ndev; i++) {
+		lkeys[i] = 0;
+		if (!(mask & (1u << i)) || !ctx->dev[i].pd)
+			continue;
+		mrs[i] = zcrpc__dev_reg(ctx, i, addr, len,
+					IBV_ACCESS_LOCAL_WRITE);
+		if (!mrs[i]) {
+			err = errno ? errno : ENOMEM;
+			while (i-- > 0)
+				if (mrs[i])
+					zcrpc__dev_dereg(ctx, mrs[i]);
+			break;
+		}
+		lkeys[i] = mrs[i]->lkey;
+	}
+	pthread_mutex_unlock(&ctx->lock);
 	if (err) {
 		free(mrs);
 		return err;
 	}
-	for (i = 0; i < ctx->ndev; i++)
-		lkeys[i] = mrs[i] ? mrs[i]->lkey : 0;
 	*handle = mrs;
 	return 0;
+}
+
+static int pool_add(void *c, void *handle, void *addr, size_t len, int idx,
+		    uint32_t *lkey)
+{
+	zcrpc_context *ctx = c;
+	struct ibv_mr **mrs = handle;
+	int err = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	if (!mrs[idx]) {
+		mrs[idx] = zcrpc__dev_reg(ctx, idx, addr, len,
+					  IBV_ACCESS_LOCAL_WRITE);
+		if (!mrs[idx])
+			err = errno ? errno : ENOMEM;
+	}
+	if (mrs[idx])
+		*lkey = mrs[idx]->lkey;
+	pthread_mutex_unlock(&ctx->lock);
+	return err;
 }
 
 static void pool_dereg(void *c, void *handle)
@@ -180,7 +307,7 @@ static void pool_dereg(void *c, void *handle)
 
 	for (i = 0; i < ctx->ndev; i++)
 		if (mrs[i])
-			ibv_dereg_mr(mrs[i]);
+			zcrpc__dev_dereg(ctx, mrs[i]);
 	free(mrs);
 }
 
@@ -188,16 +315,16 @@ static void pool_drop(void *c, void *handle, int dev_idx)
 {
 	struct ibv_mr **mrs = handle;
 
-	(void)c;
 	if (mrs[dev_idx]) {
-		ibv_dereg_mr(mrs[dev_idx]);
+		zcrpc__dev_dereg(c, mrs[dev_idx]);
 		mrs[dev_idx] = NULL;
 	}
 }
 
 struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx)
 {
-	struct zcrpc__registrar r = {pool_reg, pool_dereg, ctx, pool_drop};
+	struct zcrpc__registrar r = {pool_reg, pool_dereg, ctx, pool_drop,
+				     pool_add};
 
 	return r;
 }
@@ -206,7 +333,7 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 			       unsigned flags, zcrpc_mr **out)
 {
 	zcrpc_mr *mr;
-	int access = IBV_ACCESS_LOCAL_WRITE, err, i;
+	int err, i;
 
 	if (!ctx || !addr || !len || !out || (flags & ~ZCRPC_MR_REMOTE_WRITE))
 		return ZCRPC_INVALID_ARGUMENT;
@@ -214,8 +341,6 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 	 * carries no remote access, so its own rkey opens nothing. Devices
 	 * without windows get a spare registration for grants instead
 	 * (mr_spare.c). */
-	if (flags & ZCRPC_MR_REMOTE_WRITE)
-		access |= IBV_ACCESS_MW_BIND;
 	mr = calloc(1, sizeof(*mr));
 	if (!mr)
 		return ZCRPC_RESOURCE_EXHAUSTED;
@@ -228,13 +353,13 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 		atomic_init(&mr->refill_asked[i], 0);
 		atomic_init(&mr->refill_err[i], 0);
 	}
-	err = zcrpc__context_reg_target(ctx, addr, len, access, flags, mr->mrs);
+	err = reg_target(ctx, addr, len, flags, mr->mrs);
 	if (!err && (err = zcrpc__spare_first(mr)) != 0)
 		zcrpc__spare_forget(mr);
 	if (err) {
 		for (i = 0; i < ctx->ndev; i++)
 			if (mr->mrs[i])
-				ibv_dereg_mr(mr->mrs[i]);
+				zcrpc__dev_dereg(ctx, mr->mrs[i]);
 		free(mr);
 		return err == EINVAL || err == EFAULT ? ZCRPC_INVALID_ARGUMENT
 						      : ZCRPC_RESOURCE_EXHAUSTED;
@@ -258,7 +383,7 @@ void zcrpc_mr_deregister(zcrpc_mr *mr)
 	zcrpc__list_remove(&mr->link);
 	for (i = 0; i < mr->ctx->ndev; i++)
 		if (mr->mrs[i])
-			ibv_dereg_mr(mr->mrs[i]);
+			zcrpc__dev_dereg(mr->ctx, mr->mrs[i]);
 	pthread_mutex_unlock(&mr->ctx->lock);
 	zcrpc__context_unref(mr->ctx);
 	free(mr);
@@ -273,6 +398,11 @@ zcrpc__context_profile(const zcrpc_context *ctx, int idx)
 int zcrpc_context_device_count(const zcrpc_context *ctx)
 {
 	return ctx ? ctx->ndev : 0;
+}
+
+int zcrpc_context_skipped_devices(const zcrpc_context *ctx)
+{
+	return ctx ? ctx->nskipped : 0;
 }
 
 zcrpc_status zcrpc_context_get_device_info(zcrpc_context *ctx, int idx,
@@ -317,6 +447,8 @@ zcrpc_status zcrpc_context_get_device_info(zcrpc_context *ctx, int idx,
 	i.max_cqe = p->max_cqe;
 	i.max_mw = p->max_mw;
 	i.max_msg_sz = d->max_msg_sz;
+	i.in_use = (uint32_t)atomic_load(&d->used);
+	i.registered_bytes = atomic_load(&d->reg_bytes);
 	ZCRPC__ABI_OUT(out, out_size, &i);
 	return ZCRPC_OK;
 }

@@ -9,6 +9,28 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+/* The worker's first use of device @idx: its pool's regions and the
+ * application's memory get registered there (docs/design.md "Registration
+ * where it is used"). Setup, on the worker thread, once per device. */
+static zcrpc_status use_device(zcrpc_worker *w, int idx)
+{
+	const char *name = w->ctx->dev[idx].prof.name;
+	char why[200] = "";
+	int err = zcrpc__pool_use_device(w->pool, idx);
+
+	if (err) {
+		zcrpc__worker_seterr(w, "the worker's pool on %s: %s", name,
+				     zcrpc__pool_error(w->pool));
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	err = zcrpc__context_use_device(w->ctx, idx, why, sizeof(why));
+	if (err) {
+		zcrpc__worker_seterr(w, "%s", why);
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	return ZCRPC_OK;
+}
+
 zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 			       struct zcrpc__device **out)
 {
@@ -23,6 +45,10 @@ zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 	}
 	d = &w->dev[idx];
 	if (!d->comp_ch) {
+		zcrpc_status st = use_device(w, idx);
+
+		if (st != ZCRPC_OK)
+			return st;
 		d->comp_ch = ibv_create_comp_channel(verbs);
 		if (!d->comp_ch)
 			goto err;

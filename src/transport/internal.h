@@ -76,17 +76,27 @@ void zcrpc__context_ref(zcrpc_context *ctx);
 void zcrpc__context_unref(zcrpc_context *ctx);
 int zcrpc__context_dev_index(const zcrpc_context *ctx,
 			     const struct ibv_context *verbs);
-int zcrpc__context_reg(zcrpc_context *ctx, void *addr, size_t len, int access,
-		       struct ibv_mr **mrs);
 struct zcrpc__registrar zcrpc__context_registrar(zcrpc_context *ctx);
-int zcrpc__context_reg_target(zcrpc_context *ctx, void *addr, size_t len,
-			      int access, unsigned flags, struct ibv_mr **mrs);
+/* Every registration goes through these two: ibv_reg_mr on device @idx
+ * (NULL with errno; ENODEV once the device went) and ibv_dereg_mr, counted
+ * in the device's registered bytes. Callers hold ctx->lock for reg. */
+struct ibv_mr *zcrpc__dev_reg(zcrpc_context *ctx, int idx, void *addr,
+			      size_t len, int access);
+void zcrpc__dev_dereg(zcrpc_context *ctx, struct ibv_mr *r);
+/* A worker of @ctx starts using device @idx (its first connection there):
+ * the application's registrations made while other devices were in use
+ * are registered there too, with their spares. 0, or an errno value and
+ * @why (the device and what failed). Worker thread; setup, not a call. */
+int zcrpc__context_use_device(zcrpc_context *ctx, int idx, char *why,
+			      size_t why_len);
 
 /* ---- mr_spare.c: grants on devices without type-2 windows -------------- */
 /* Whether a registration with @flags keeps spares on device @idx. */
 int zcrpc__spare_wanted(const zcrpc_context *ctx, int idx, unsigned flags);
 /* The first spares of a new registration (caller's thread); errno or 0. */
 int zcrpc__spare_first(zcrpc_mr *mr);
+/* @mr's spare on device @idx now, unless it has one; under ctx->lock. */
+int zcrpc__spare_make_locked(zcrpc_mr *mr, int idx);
 /* Takes device @idx's spare (NULL when none is ready) and asks the spare
  * thread for the next one. Any thread. */
 struct ibv_mr *zcrpc__spare_take(zcrpc_mr *mr, int idx);

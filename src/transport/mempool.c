@@ -18,6 +18,7 @@ struct region {
 	uint32_t nslots;
 	void *handle;
 	uint32_t lkeys[ZCRPC_MAX_DEVICES];
+	uint32_t dev_mask; /* the devices it is registered on */
 	uint32_t *gen;	   /* per slot, 24 bits used */
 	uint8_t *in_use;   /* per slot */
 	uint32_t nuse;	   /* slots in use */
@@ -40,6 +41,7 @@ struct zcrpc__pool {
 	struct region **regions;
 	uint32_t nregions, cap_regions;
 	uint64_t bad_puts;
+	uint32_t dev_mask; /* devices the regions are registered on */
 	char err[160];
 };
 
@@ -105,7 +107,46 @@ void zcrpc__pool_drop_device(struct zcrpc__pool *p, int dev_idx)
 		if (r->handle)
 			p->reg.drop(p->reg.ctx, r->handle, dev_idx);
 		r->lkeys[dev_idx] = 0;
+		r->dev_mask &= ~(1u << dev_idx);
 	}
+	p->dev_mask &= ~(1u << dev_idx);
+}
+
+static const char *reg_hint(int err)
+{
+	return err == ENOMEM || err == EPERM
+		       ? " (raise the locked-memory limit: ulimit -l)"
+		       : "";
+}
+
+int zcrpc__pool_use_device(struct zcrpc__pool *p, int dev_idx)
+{
+	uint32_t i;
+
+	if (!p || dev_idx < 0 || dev_idx >= ZCRPC_MAX_DEVICES || !p->reg.add)
+		return EINVAL;
+	if (p->dev_mask & (1u << dev_idx))
+		return 0;
+	for (i = 0; i < p->nregions; i++) {
+		struct region *r = p->regions[i];
+		size_t bytes = (size_t)r->nslots * r->slot_size;
+		int err;
+
+		if (!r->base || !r->handle || (r->dev_mask & (1u << dev_idx)))
+			continue; /* dormant: registered when it comes back */
+		err = p->reg.add(p->reg.ctx, r->handle, r->base, bytes, dev_idx,
+				 &r->lkeys[dev_idx]);
+		if (!err)
+			r->dev_mask |= 1u << dev_idx;
+		if (err) {
+			snprintf(p->err, sizeof(p->err),
+				 "registering %zu bytes on device %d: %s%s",
+				 bytes, dev_idx, strerror(err), reg_hint(err));
+			return err;
+		}
+	}
+	p->dev_mask |= 1u << dev_idx;
+	return 0;
 }
 
 void zcrpc__pool_destroy(struct zcrpc__pool *p)
@@ -124,14 +165,13 @@ void zcrpc__pool_destroy(struct zcrpc__pool *p)
 
 static int reg_region(struct zcrpc__pool *p, struct region *r, size_t bytes)
 {
-	int err = p->reg.reg(p->reg.ctx, r->base, bytes, &r->handle, r->lkeys);
+	int err = p->reg.reg(p->reg.ctx, r->base, bytes, p->dev_mask,
+			     &r->handle, r->lkeys);
 
+	r->dev_mask = err ? 0 : p->dev_mask;
 	if (err) {
-		snprintf(p->err, sizeof(p->err),
-			 "registering %zu bytes: %s%s", bytes, strerror(err),
-			 err == ENOMEM || err == EPERM
-				 ? " (raise the locked-memory limit: ulimit -l)"
-				 : "");
+		snprintf(p->err, sizeof(p->err), "registering %zu bytes: %s%s",
+			 bytes, strerror(err), reg_hint(err));
 		r->handle = NULL;
 	}
 	return err;

@@ -22,17 +22,22 @@ extern "C" {
 #define ZCRPC_MAX_DEVICES 8
 #define ZCRPC_POOL_MAX_CLASSES 4
 
-/* How a pool registers its regions: on every device of the context, giving
- * one lkey per device index. A fake registrar lets host tests run without a
- * device. reg returns 0 or an errno value. */
+/* How a pool registers its regions: on the devices of @dev_mask (bit i:
+ * device index i; the devices its worker uses so far), giving one lkey
+ * per device index (0 elsewhere). A fake registrar lets host tests run
+ * without a device. reg and add return 0 or an errno value. */
 struct zcrpc__registrar {
-	int (*reg)(void *ctx, void *addr, size_t len, void **handle,
-		   uint32_t lkeys[ZCRPC_MAX_DEVICES]);
+	int (*reg)(void *ctx, void *addr, size_t len, uint32_t dev_mask,
+		   void **handle, uint32_t lkeys[ZCRPC_MAX_DEVICES]);
 	void (*dereg)(void *ctx, void *handle);
 	void *ctx;
 	/* Optional: release what handle holds on device @dev_idx only (the
 	 * device was removed); dereg later skips it. */
 	void (*drop)(void *ctx, void *handle, int dev_idx);
+	/* Optional: register what handle covers on device @dev_idx too (its
+	 * worker started using that device). */
+	int (*add)(void *ctx, void *handle, void *addr, size_t len,
+		   int dev_idx, uint32_t *lkey);
 };
 
 struct zcrpc__pool_class_cfg {
@@ -113,6 +118,12 @@ void zcrpc__pool_get_stats(const struct zcrpc__pool *p,
 /* Releases every region's registration on device @dev_idx (removed);
  * its lkeys become 0. Slots stay usable on the other devices. */
 void zcrpc__pool_drop_device(struct zcrpc__pool *p, int dev_idx);
+
+/* Registers every region on device @dev_idx too, and the regions made
+ * from now on: the pool's worker uses that device. Idempotent. 0, or an
+ * errno value (zcrpc__pool_error says what failed; the regions done so
+ * far stay registered there). */
+int zcrpc__pool_use_device(struct zcrpc__pool *p, int dev_idx);
 
 /* Gives back regions none of whose slots was taken for @idle_ns or longer
  * (timed by the passes' @now), keeping the oldest such region of each

@@ -36,15 +36,27 @@ struct zcrpc__spare_thread {
 static struct ibv_mr *reg_spare(zcrpc_mr *mr, int idx)
 {
 	zcrpc_context *ctx = mr->ctx;
-	struct ibv_mr *r = NULL;
+	struct ibv_mr *r;
 
 	pthread_mutex_lock(&ctx->lock);
-	errno = ENODEV;
-	if (ctx->dev[idx].pd)
-		r = ibv_reg_mr(ctx->dev[idx].pd, mr->addr, mr->len,
-			       SPARE_ACCESS);
+	r = zcrpc__dev_reg(ctx, idx, mr->addr, mr->len, SPARE_ACCESS);
 	pthread_mutex_unlock(&ctx->lock);
 	return r;
+}
+
+int zcrpc__spare_make_locked(zcrpc_mr *mr, int idx)
+{
+	struct ibv_mr *r;
+
+	if (atomic_load(&mr->spare[idx]))
+		return 0;
+	r = zcrpc__dev_reg(mr->ctx, idx, mr->addr, mr->len, SPARE_ACCESS);
+	if (!r)
+		return errno ? errno : ENOMEM;
+	r = atomic_exchange(&mr->spare[idx], r);
+	if (r) /* the spare thread made one meanwhile */
+		zcrpc__dev_dereg(mr->ctx, r);
+	return 0;
 }
 
 static void *spare_main(void *arg)
@@ -71,7 +83,7 @@ static void *spare_main(void *arg)
 		if (r) {
 			r = atomic_exchange(&j->mr->spare[j->idx], r);
 			if (r) /* one was there after all */
-				ibv_dereg_mr(r);
+				zcrpc__dev_dereg(j->mr->ctx, r);
 		}
 		atomic_store(&j->mr->refill_err[j->idx], err);
 		atomic_store(&j->mr->refill_asked[j->idx], 0);
@@ -215,7 +227,7 @@ void zcrpc__spare_forget(zcrpc_mr *mr)
 		struct ibv_mr *r = atomic_exchange(&mr->spare[i], NULL);
 
 		if (r)
-			ibv_dereg_mr(r);
+			zcrpc__dev_dereg(mr->ctx, r);
 	}
 }
 

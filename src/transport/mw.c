@@ -112,7 +112,7 @@ static zcrpc_status reg_grant(zcrpc_mr *mr, zcrpc_conn *c, size_t offset,
 static void reg_drop(struct zcrpc_grant *g)
 {
 	if (g->rmr) {
-		ibv_dereg_mr(g->rmr);
+		zcrpc__dev_dereg(g->conn->w->ctx, g->rmr);
 		g->rmr = NULL;
 	}
 }

@@ -43,11 +43,15 @@ static void release_ctx_dev(zcrpc_context *ctx, int idx)
 		struct ibv_mr *spare = atomic_exchange(&mr->spare[idx], NULL);
 
 		if (spare) /* a refill after this finds no PD (mr_spare.c) */
-			ibv_dereg_mr(spare);
+			zcrpc__dev_dereg(ctx, spare);
 		if (mr->mrs[idx]) {
-			ibv_dereg_mr(mr->mrs[idx]);
+			zcrpc__dev_dereg(ctx, mr->mrs[idx]);
 			mr->mrs[idx] = NULL;
 		}
+	}
+	if (atomic_load(&d->used)) {
+		atomic_store(&d->used, 0);
+		ctx->nused--;
 	}
 	if (d->pd && ibv_dealloc_pd(d->pd) == 0)
 		d->pd = NULL;

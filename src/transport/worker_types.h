@@ -34,11 +34,19 @@ struct zcrpc__ctx_dev {
 	/* The inline size a new QP asks for first: prof.inline_cap, lowered
 	 * to what the device granted once it refused more (conn.c). */
 	atomic_uint inline_ask;
+	/* A worker opened the device (context.c: zcrpc__context_use_device):
+	 * the application's memory is registered there from then on. */
+	atomic_int used;
+	/* Bytes registered on it now (pools, the application's memory, bulk
+	 * buffers, spares): what the locked-memory limit is charged. */
+	atomic_ullong reg_bytes;
 };
 
 struct zcrpc_context {
 	atomic_int refs;
 	int ndev;
+	int nused;    /* devices with `used` set (under lock) */
+	int nskipped; /* devices beyond ZCRPC_MAX_DEVICES, not used */
 	struct zcrpc__ctx_dev dev[ZCRPC_MAX_DEVICES];
 	struct ibv_context **list; /* rdma_get_devices() */
 	/* Under lock: registration on the devices, the user MRs, the
@@ -163,6 +171,7 @@ struct zcrpc__job {
 	zcrpc_worker *w;
 	zcrpc_conn *conn; /* NULL once the worker abandoned it (under lock) */
 	char *host, *port, *src_addr;
+	uint8_t tos;	       /* 0: the kernel's default */
 	struct rdma_cm_id *id; /* result, owned by the job until taken */
 	int err;	       /* errno or EAI_* of the failure, 0 on success */
 	char detail[160];

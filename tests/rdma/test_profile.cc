@@ -12,13 +12,17 @@
 
 extern "C" {
 #include "../../src/transport/profile.h"
-const struct zcrpc__dev_profile *zcrpc__context_profile(const zcrpc_context *ctx, int idx);
-int zcrpc__profile_describe(const struct zcrpc__dev_profile *p, char *buf, size_t cap);
+const struct zcrpc__dev_profile *
+zcrpc__context_profile(const zcrpc_context *ctx, int idx);
+int zcrpc__profile_describe(const struct zcrpc__dev_profile *p, char *buf,
+			    size_t cap);
 }
 
 namespace
 {
-class Profile : public RdmaTest {};
+class Profile : public RdmaTest
+{
+};
 } // namespace
 
 // Every device of the guest is profiled once at context creation: rxe
@@ -41,24 +45,34 @@ TEST_F(Profile, EveryDeviceIsProfiledWithItsFeaturesLimitsAndQuirks)
 		char line[256];
 		zcrpc__profile_describe(p, line, sizeof(line));
 		std::printf("profile: %s\n", line);
-		EXPECT_EQ(std::string(p->name).substr(0, 3), env_.provider) << p->name;
-		EXPECT_STREQ(zcrpc__provider_name(p->provider), env_.provider.c_str());
-		EXPECT_EQ(p->transport, siw ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB) << p->name;
+		EXPECT_EQ(std::string(p->name).substr(0, 3), env_.provider)
+			<< p->name;
+		EXPECT_STREQ(zcrpc__provider_name(p->provider),
+			     env_.provider.c_str());
+		EXPECT_EQ(p->transport,
+			  siw ? IBV_TRANSPORT_IWARP : IBV_TRANSPORT_IB)
+			<< p->name;
 		EXPECT_EQ(p->link_layer, IBV_LINK_LAYER_ETHERNET) << p->name;
 		EXPECT_GE(p->max_srq_wr, 1024u) << p->name;
 		EXPECT_GT(p->max_cqe, 0u);
 		EXPECT_GT(p->max_qp_wr, 0u);
 		EXPECT_GT(p->max_sge, 0u);
 		EXPECT_EQ(p->bind_needs_drain, siw ? 0u : 1u) << p->name;
-		EXPECT_EQ(p->mw_type2, !siw && !MaskHas("no_mw") ? 1u : 0u) << p->name;
-		EXPECT_EQ(p->write_imm, !siw && !MaskHas("no_write_imm") ? 1u : 0u) << p->name;
-		EXPECT_EQ(p->active_first, siw || MaskHas("active_first") ? 1u : 0u) << p->name;
+		EXPECT_EQ(p->mw_type2, !siw && !MaskHas("no_mw") ? 1u : 0u)
+			<< p->name;
+		EXPECT_EQ(p->write_imm,
+			  !siw && !MaskHas("no_write_imm") ? 1u : 0u)
+			<< p->name;
+		EXPECT_EQ(p->active_first,
+			  siw || MaskHas("active_first") ? 1u : 0u)
+			<< p->name;
 		if (siw)
 			EXPECT_EQ(p->max_mw, 0u) << "siw has no memory windows";
-		EXPECT_EQ(p->masked, std::getenv("ZCRPC_DEVICE_CAPS") &&
-						     *std::getenv("ZCRPC_DEVICE_CAPS")
-					     ? 1u
-					     : 0u);
+		EXPECT_EQ(p->masked,
+			  std::getenv("ZCRPC_DEVICE_CAPS") &&
+					  *std::getenv("ZCRPC_DEVICE_CAPS")
+				  ? 1u
+				  : 0u);
 	}
 	EXPECT_EQ(n, 2) << "the guest has two devices";
 	EXPECT_EQ(zcrpc__context_profile(ctx, -1), nullptr);
@@ -88,11 +102,17 @@ struct MaskedConn {
 			return;
 		zcrpc_conn_handlers h;
 		zcrpc_conn_handlers_init(&h);
-		if (zcrpc_connect(w, env.addr0.c_str(), std::to_string(srv.port()).c_str(),
-				  nullptr, &h, &c) != ZCRPC_OK)
+		if (zcrpc_connect(w, env.addr0.c_str(),
+				  std::to_string(srv.port()).c_str(), nullptr,
+				  &h, &c) != ZCRPC_OK)
 			return;
-		up = ProgressUntil(w, [&] { return zcrpc_conn_get_state(c) == ZCRPC_CONN_ESTABLISHED; },
-				   Scaled(10000));
+		up = ProgressUntil(
+			w,
+			[&] {
+				return zcrpc_conn_get_state(c) ==
+				       ZCRPC_CONN_ESTABLISHED;
+			},
+			Scaled(10000));
 	}
 	~MaskedConn()
 	{
@@ -119,11 +139,14 @@ TEST_F(Profile, ConnectionInfoNamesTheDeviceAndThePathItUses)
 	EXPECT_EQ(std::string(info.provider), env_.provider);
 	EXPECT_EQ(info.port, 1u);
 	const bool siw = env_.provider == "siw";
-	EXPECT_EQ(info.transport, siw ? ZCRPC_TRANSPORT_IWARP : ZCRPC_TRANSPORT_ROCE);
-	EXPECT_EQ(info.grant_path, siw || MaskHas("no_mw") ? ZCRPC_GRANT_REGISTRATION
-							   : ZCRPC_GRANT_WINDOW);
-	EXPECT_EQ(info.write_end, siw || MaskHas("no_write_imm") ? ZCRPC_WRITE_END_MSG
-								 : ZCRPC_WRITE_END_IMM);
+	EXPECT_EQ(info.transport,
+		  siw ? ZCRPC_TRANSPORT_IWARP : ZCRPC_TRANSPORT_ROCE);
+	EXPECT_EQ(info.grant_path, siw || MaskHas("no_mw")
+					   ? ZCRPC_GRANT_REGISTRATION
+					   : ZCRPC_GRANT_WINDOW);
+	EXPECT_EQ(info.write_end, siw || MaskHas("no_write_imm")
+					  ? ZCRPC_WRITE_END_MSG
+					  : ZCRPC_WRITE_END_IMM);
 	EXPECT_EQ(info.active_first, siw || MaskHas("active_first") ? 1u : 0u);
 	// An older caller's shorter struct: only its bytes are written.
 	zcrpc_conn_info small;
@@ -148,11 +171,13 @@ TEST_F(Profile, InlineIsFoundByAskingAndClampedToTheProfile)
 		ASSERT_TRUE(mc.up) << zcrpc_conn_get_error(mc.c);
 		zcrpc_conn_get_stats(mc.c, &st, sizeof(st));
 		std::printf("inline asked 4096, granted %u\n", st.max_inline);
-		EXPECT_GT(st.max_inline, 0u) << "a refusal must not end at no inline";
+		EXPECT_GT(st.max_inline, 0u)
+			<< "a refusal must not end at no inline";
 		EXPECT_LT(st.max_inline, 4096u);
 		const char *m = "inline after a step down";
 		ASSERT_EQ(zcrpc_conn_send(mc.c, m, std::strlen(m)), ZCRPC_OK);
-		ASSERT_TRUE(ProgressUntil(mc.w, [&] { return srv.echoed() > 0; }, Scaled(5000)));
+		ASSERT_TRUE(ProgressUntil(
+			mc.w, [&] { return srv.echoed() > 0; }, Scaled(5000)));
 	}
 	{
 		MaskedConn mc(env_, srv, "inline=96");
@@ -175,10 +200,97 @@ TEST_F(Profile, SendQueueBeyondTheDeviceMaxQpWrIsRefusedNamingIt)
 	MaskedConn mc(env_, srv, windows ? "max_qp_wr=100" : "max_qp_wr=60");
 	ASSERT_FALSE(mc.up);
 	ASSERT_NE(mc.c, nullptr);
-	ProgressUntil(mc.w, [&] { return zcrpc_conn_get_state(mc.c) == ZCRPC_CONN_CLOSED; },
-		      Scaled(5000));
+	ProgressUntil(
+		mc.w,
+		[&] { return zcrpc_conn_get_state(mc.c) == ZCRPC_CONN_CLOSED; },
+		Scaled(5000));
 	std::string err = zcrpc_conn_get_error(mc.c);
 	EXPECT_NE(err.find("max_qp_wr"), std::string::npos) << err;
 	EXPECT_NE(err.find(env_.dev0), std::string::npos) << err;
 	EXPECT_NE(err.find("send_depth"), std::string::npos) << err;
+}
+
+namespace
+{
+void KeepAccepted(zcrpc_listener *, zcrpc_conn *c, void *a)
+{
+	*static_cast<zcrpc_conn **>(a) = c;
+}
+} // namespace
+
+// Item 6: a connection's ToS (RDMA_OPTION_ID_TOS, set before the route is
+// resolved) is what the client's queue pair carries as its traffic class,
+// and the server's side follows the client's request. iWARP's queue pairs
+// have no address vector (the ToS goes to the TCP socket): info reads 0.
+TEST_F(Profile, TosIsSetBeforeTheRouteAndBothQueuePairsCarryIt)
+{
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	zcrpc_conn *accepted = nullptr;
+	zcrpc_listen_opts lo;
+	zcrpc_listen_opts_init(&lo);
+	lo.on_accept = KeepAccepted;
+	lo.arg = &accepted;
+	zcrpc_listener *l = nullptr;
+	ASSERT_EQ(zcrpc_listen(w, env_.addr0.c_str(), "0", &lo, &l), ZCRPC_OK);
+	const std::string port = std::to_string(zcrpc_listener_get_port(l));
+	zcrpc_conn_handlers h;
+	zcrpc_conn_handlers_init(&h);
+	zcrpc_connect_opts co;
+	zcrpc_connect_opts_init(&co);
+	zcrpc_conn *c = nullptr;
+	co.tos = 256;
+	EXPECT_EQ(
+		zcrpc_connect(w, env_.addr0.c_str(), port.c_str(), &co, &h, &c),
+		ZCRPC_INVALID_ARGUMENT);
+	co.tos = 0x68; // DSCP 26 (AF31)
+	ASSERT_EQ(
+		zcrpc_connect(w, env_.addr0.c_str(), port.c_str(), &co, &h, &c),
+		ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(
+		w,
+		[&] {
+			return accepted && zcrpc_conn_get_state(c) ==
+						   ZCRPC_CONN_ESTABLISHED;
+		},
+		Scaled(10000)))
+		<< zcrpc_conn_get_error(c);
+	zcrpc_conn_info ci, si;
+	zcrpc_conn_get_info(c, &ci, sizeof(ci));
+	zcrpc_conn_get_info(accepted, &si, sizeof(si));
+	std::printf("client: traffic class %u, sl %u, gid index %u; server: "
+		    "%u, %u, %u\n",
+		    ci.traffic_class, ci.service_level, ci.gid_index,
+		    si.traffic_class, si.service_level, si.gid_index);
+	if (env_.provider == "siw") {
+		EXPECT_EQ(ci.traffic_class, 0u) << "iWARP: no address vector";
+	} else {
+		EXPECT_EQ(ci.traffic_class, 0x68u);
+		EXPECT_EQ(si.traffic_class, 0x68u)
+			<< "the server's side follows the request";
+	}
+
+	// Without the option: the kernel's default (0 in the guest).
+	zcrpc_conn *d = nullptr;
+	accepted = nullptr;
+	co.tos = 0;
+	ASSERT_EQ(
+		zcrpc_connect(w, env_.addr0.c_str(), port.c_str(), &co, &h, &d),
+		ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(
+		w,
+		[&] {
+			return accepted && zcrpc_conn_get_state(d) ==
+						   ZCRPC_CONN_ESTABLISHED;
+		},
+		Scaled(10000)))
+		<< zcrpc_conn_get_error(d);
+	zcrpc_conn_get_info(d, &ci, sizeof(ci));
+	EXPECT_EQ(ci.traffic_class, 0u);
+	zcrpc_conn_destroy(c);
+	zcrpc_conn_destroy(d);
+	ProgressUntil(
+		w, [] { return false; }, Scaled(200));
+	zcrpc_listener_destroy(l);
+	zcrpc_worker_destroy(w);
 }

@@ -10,10 +10,17 @@
 
 namespace {
 
+// Registers on the devices of the mask it is given (lkey 0 elsewhere).
 struct FakeReg {
-	int regs = 0, deregs = 0, fail_next = 0;
+	int regs = 0, deregs = 0, fail_next = 0, adds = 0, drops = 0, fail_add = 0;
+	uint32_t last_mask = 0;
 	size_t bytes = 0;
-	static int Reg(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkeys)
+	static uint32_t Key(int reg, int dev)
+	{
+		return 0x1000u * static_cast<uint32_t>(reg) + static_cast<uint32_t>(dev);
+	}
+	static int Reg(void *ctx, void *addr, size_t len, uint32_t mask, void **handle,
+		       uint32_t *lkeys)
 	{
 		auto *f = static_cast<FakeReg *>(ctx);
 		if (f->fail_next) {
@@ -22,13 +29,26 @@ struct FakeReg {
 		}
 		f->regs++;
 		f->bytes += len;
+		f->last_mask = mask;
 		*handle = addr;
 		for (int i = 0; i < ZCRPC_MAX_DEVICES; i++)
-			lkeys[i] = 0x1000u * static_cast<uint32_t>(f->regs) + static_cast<uint32_t>(i);
+			lkeys[i] = (mask >> i) & 1 ? Key(f->regs, i) : 0;
 		return 0;
 	}
 	static void Dereg(void *ctx, void *) { static_cast<FakeReg *>(ctx)->deregs++; }
-	zcrpc__registrar R() { return {Reg, Dereg, this}; }
+	static void Drop(void *ctx, void *, int) { static_cast<FakeReg *>(ctx)->drops++; }
+	static int Add(void *ctx, void *, void *, size_t, int dev, uint32_t *lkey)
+	{
+		auto *f = static_cast<FakeReg *>(ctx);
+		if (f->fail_add) {
+			f->fail_add--;
+			return ENOMEM;
+		}
+		f->adds++;
+		*lkey = 0x900000u + static_cast<uint32_t>(dev);
+		return 0;
+	}
+	zcrpc__registrar R() { return {Reg, Dereg, this, Drop, Add}; }
 };
 
 zcrpc__pool_cfg TwoClasses(uint32_t max_small = 8, uint32_t max_big = 4)
@@ -161,6 +181,7 @@ TEST(MemPool, SlotsAreDistinctAlignedAndCarryTheirRegionsKeys)
 	zcrpc__pool *p = nullptr;
 	auto c = TwoClasses(64, 4);
 	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	ASSERT_EQ(zcrpc__pool_use_device(p, 1), 0);
 	std::set<uint8_t *> ptrs;
 	std::set<uint64_t> ids;
 	for (int i = 0; i < 64; i++) {
@@ -171,11 +192,64 @@ TEST(MemPool, SlotsAreDistinctAlignedAndCarryTheirRegionsKeys)
 		EXPECT_TRUE(ids.insert(s.id).second);
 		ASSERT_NE(s.lkeys, nullptr);
 		EXPECT_EQ(s.lkeys[1] & 0xfffu, 1u);
+		EXPECT_EQ(s.lkeys[0], 0u) << "not registered on a device it does not use";
 		std::memset(s.ptr, 0xab, s.size); // the whole slot is usable (ASan checks)
 	}
 	EXPECT_EQ(f.regs, 16) << "64 slots in regions of 4";
 	zcrpc__pool_destroy(p);
 	EXPECT_EQ(f.deregs, 16);
+}
+
+// Issue 14 item 5: a pool registers on the devices its worker uses, and
+// on another one from the moment it comes into use.
+TEST(MemPool, RegionsGoOnADeviceWhenTheWorkerStartsUsingIt)
+{
+	FakeReg f;
+	auto r = f.R();
+	zcrpc__pool *p = nullptr;
+	auto c = TwoClasses(8, 4);
+	ASSERT_EQ(zcrpc__pool_create(&c, &r, &p), ZCRPC_OK);
+	std::vector<zcrpc__slot> held(6);
+	for (auto &s : held)
+		ASSERT_EQ(zcrpc__pool_get(p, 256, &s), ZCRPC_OK);
+	EXPECT_EQ(f.regs, 2) << "6 slots in regions of 4";
+	EXPECT_EQ(f.last_mask, 0u) << "no device in use yet";
+	EXPECT_EQ(held[0].lkeys[2], 0u);
+
+	ASSERT_EQ(zcrpc__pool_use_device(p, 2), 0);
+	EXPECT_EQ(f.adds, 2) << "both live regions registered on device 2";
+	for (auto &s : held)
+		EXPECT_EQ(s.lkeys[2], 0x900002u);
+	ASSERT_EQ(zcrpc__pool_use_device(p, 2), 0);
+	EXPECT_EQ(f.adds, 2) << "once per device";
+
+	zcrpc__slot more[3];
+	for (auto &s : more)
+		ASSERT_EQ(zcrpc__pool_get(p, 256, &s), ZCRPC_OK);
+	EXPECT_EQ(f.last_mask, 1u << 2) << "a new region goes on the devices in use";
+	EXPECT_EQ(more[2].lkeys[2], FakeReg::Key(f.regs, 2));
+
+	// A refusal is reported with the device and the hint; trying again
+	// registers only what is missing.
+	f.fail_add = 1;
+	EXPECT_EQ(zcrpc__pool_use_device(p, 5), ENOMEM);
+	EXPECT_NE(std::strstr(zcrpc__pool_error(p), "device 5"), nullptr) << zcrpc__pool_error(p);
+	EXPECT_NE(std::strstr(zcrpc__pool_error(p), "ulimit -l"), nullptr) << zcrpc__pool_error(p);
+	ASSERT_EQ(zcrpc__pool_use_device(p, 5), 0);
+	EXPECT_EQ(f.adds, 2 + 3) << "three regions on device 5, none twice";
+
+	// A device removed and back: registered again.
+	zcrpc__pool_drop_device(p, 2);
+	EXPECT_EQ(f.drops, 3);
+	EXPECT_EQ(held[0].lkeys[2], 0u);
+	ASSERT_EQ(zcrpc__pool_use_device(p, 2), 0);
+	EXPECT_EQ(f.adds, 5 + 3);
+	EXPECT_EQ(zcrpc__pool_use_device(p, ZCRPC_MAX_DEVICES), EINVAL);
+	for (auto &s : held)
+		ASSERT_EQ(zcrpc__pool_put(p, s.id), ZCRPC_OK);
+	for (auto &s : more)
+		ASSERT_EQ(zcrpc__pool_put(p, s.id), ZCRPC_OK);
+	zcrpc__pool_destroy(p);
 }
 
 TEST(MemPool, RegistrationFailureIsExhaustionWithAMessage)
