@@ -2,9 +2,10 @@
  * fd is made non-blocking and polled by every worker of the context; the
  * worker that reads an event handles it and always acknowledges it (an
  * unacknowledged event makes destroying the object it names hang):
- *   PORT_ERR / PORT_ACTIVE  the device's port went down / came back: new
- *                           connections on it fail fast (UNAVAILABLE)
- *                           while it is down;
+ *   PORT_ERR / PORT_ACTIVE  one port of the device went down / came back:
+ *                           new connections on that port fail fast
+ *                           (UNAVAILABLE) while it is down; the device's
+ *                           other ports are not affected;
  *   QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, CQ_ERR
  *                           the connection owning the QP (or CQ) fails
  *                           UNAVAILABLE; it may belong to another worker,
@@ -82,9 +83,19 @@ static void route(zcrpc_worker *w, const struct async_target *t)
 }
 
 /* @qp_num and @cq were read from the event before it was acknowledged. */
+static unsigned port_bit(int port)
+{
+	return port >= 1 && port < 32 ? 1u << port : 0;
+}
+
+int zcrpc__port_down(const zcrpc_context *ctx, int idx, int port)
+{
+	return (atomic_load(&ctx->dev[idx].ports_down) & port_bit(port)) != 0;
+}
+
 void zcrpc__worker_async_event(zcrpc_worker *w, int idx,
 			       enum ibv_event_type type, uint32_t qp_num,
-			       const void *cq)
+			       const void *cq, int port)
 {
 	zcrpc_context *ctx = w->ctx;
 	struct async_target t;
@@ -94,12 +105,13 @@ void zcrpc__worker_async_event(zcrpc_worker *w, int idx,
 	t.type = type;
 	switch (type) {
 	case IBV_EVENT_PORT_ERR:
-		atomic_store(&ctx->dev[idx].port_down, 1);
+		atomic_fetch_or(&ctx->dev[idx].ports_down, port_bit(port));
 		w->async_events++;
-		zcrpc__worker_seterr(w, "device %d: port down", idx);
+		zcrpc__worker_seterr(w, "%s: port %d down",
+				     ctx->dev[idx].prof.name, port);
 		break;
 	case IBV_EVENT_PORT_ACTIVE:
-		atomic_store(&ctx->dev[idx].port_down, 0);
+		atomic_fetch_and(&ctx->dev[idx].ports_down, ~port_bit(port));
 		w->async_events++;
 		break;
 	case IBV_EVENT_QP_FATAL:
@@ -122,30 +134,40 @@ void zcrpc__worker_async_event(zcrpc_worker *w, int idx,
 	}
 }
 
+void zcrpc__context_async_init_dev(zcrpc_context *ctx, int i)
+{
+	int fd = ctx->dev[i].verbs->async_fd;
+
+	atomic_store(&ctx->dev[i].ports_down, 0);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
 void zcrpc__context_async_init(zcrpc_context *ctx)
 {
 	int i;
 
-	for (i = 0; i < ctx->ndev; i++) {
-		int fd = ctx->dev[i].verbs->async_fd;
+	for (i = 0; i < ctx->ndev; i++)
+		zcrpc__context_async_init_dev(ctx, i);
+}
 
-		atomic_init(&ctx->dev[i].port_down, 0);
-		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	}
+int zcrpc__worker_async_watch_dev(zcrpc_worker *w, int i)
+{
+	zcrpc_context *ctx = w->ctx;
+
+	w->async_src[i] = (struct zcrpc__src){ZCRPC_SRC_ASYNC, w, 0};
+	w->async_src[i].idx = i;
+	return ctx->dev[i].verbs ? zcrpc__epoll_add(w, ctx->dev[i].verbs->async_fd,
+						     &w->async_src[i])
+				 : 0;
 }
 
 zcrpc_status zcrpc__worker_async_watch(zcrpc_worker *w)
 {
-	zcrpc_context *ctx = w->ctx;
 	int i;
 
-	for (i = 0; i < ctx->ndev; i++) {
-		w->async_src[i] = (struct zcrpc__src){ZCRPC_SRC_ASYNC, w, 0};
-		w->async_src[i].idx = i;
-		if (ctx->dev[i].verbs &&
-		    zcrpc__epoll_add(w, ctx->dev[i].verbs->async_fd, &w->async_src[i]))
+	for (i = 0; i < w->ctx->ndev; i++)
+		if (zcrpc__worker_async_watch_dev(w, i))
 			return ZCRPC_RESOURCE_EXHAUSTED;
-	}
 	return ZCRPC_OK;
 }
 
@@ -159,7 +181,7 @@ void zcrpc__worker_on_async(zcrpc_worker *w, int idx)
 	for (;;) {
 		uint32_t qp_num = 0;
 		const void *cq = NULL;
-		int got;
+		int got, port = 0;
 
 		pthread_mutex_lock(&ctx->lock);
 		got = ctx->dev[idx].verbs &&
@@ -167,6 +189,9 @@ void zcrpc__worker_on_async(zcrpc_worker *w, int idx)
 		if (got) {
 			if (ev.event_type == IBV_EVENT_CQ_ERR)
 				cq = ev.element.cq;
+			else if (ev.event_type == IBV_EVENT_PORT_ERR ||
+				 ev.event_type == IBV_EVENT_PORT_ACTIVE)
+				port = ev.element.port_num;
 			else if (ev.element.qp &&
 				 (ev.event_type == IBV_EVENT_QP_FATAL ||
 				  ev.event_type == IBV_EVENT_QP_REQ_ERR ||
@@ -177,6 +202,7 @@ void zcrpc__worker_on_async(zcrpc_worker *w, int idx)
 		pthread_mutex_unlock(&ctx->lock);
 		if (!got)
 			break;
-		zcrpc__worker_async_event(w, idx, ev.event_type, qp_num, cq);
+		zcrpc__worker_async_event(w, idx, ev.event_type, qp_num, cq,
+					  port);
 	}
 }

@@ -150,8 +150,9 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	st = zcrpc__device_get(w, id->verbs, &c->dev);
 	if (st != ZCRPC_OK)
 		return st;
-	if (atomic_load(&w->ctx->dev[c->dev->idx].port_down)) {
-		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "port of %s is down",
+	if (zcrpc__port_down(w->ctx, c->dev->idx, id->port_num)) {
+		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "port %u of %s is down",
+				 (unsigned)id->port_num,
 				 ibv_get_device_name(id->verbs->device));
 		return ZCRPC_UNAVAILABLE;
 	}

@@ -11,6 +11,90 @@
 #include "../core/abi.h"
 #include "../core/log.h"
 
+/* Queries @verbs, probes its profile and gives it a PD in @d. 0, or -1
+ * (the device is not used). */
+static int dev_open(struct zcrpc__ctx_dev *d, struct ibv_context *verbs)
+{
+	struct ibv_port_attr pa;
+
+	memset(d, 0, sizeof(*d));
+	d->verbs = verbs;
+	if (ibv_query_device(verbs, &d->attr))
+		return -1;
+	d->max_msg_sz = 1U << 30;
+	if (ibv_query_port(verbs, 1, &pa) == 0) {
+		if (pa.max_msg_sz)
+			d->max_msg_sz = pa.max_msg_sz;
+		zcrpc__profile_probe(&d->prof, verbs, &d->attr, &pa);
+	} else {
+		zcrpc__profile_probe(&d->prof, verbs, &d->attr, NULL);
+	}
+	atomic_init(&d->inline_ask, d->prof.inline_cap);
+	atomic_init(&d->used, 0);
+	atomic_init(&d->reg_bytes, 0);
+	atomic_init(&d->ports_down, 0);
+	d->pd = ibv_alloc_pd(verbs);
+	return d->pd ? 0 : -1;
+}
+
+int zcrpc__context_adopt(zcrpc_context *ctx, struct ibv_context *verbs)
+{
+	const char *name = ibv_get_device_name(verbs->device);
+	struct ibv_context **list;
+	struct zcrpc__list *it;
+	int idx = -1, i, n = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	if ((i = zcrpc__context_dev_index(ctx, verbs)) >= 0) {
+		idx = i; /* another worker adopted it meanwhile */
+		goto out;
+	}
+	/* Its old slot (same name, fully released), else a free one. */
+	for (i = 0; i < ctx->ndev && idx < 0; i++)
+		if (ctx->dev[i].removed && !ctx->dev[i].verbs &&
+		    !ctx->dev[i].sweeps_left && !strcmp(ctx->dev[i].prof.name, name))
+			idx = i;
+	if (idx < 0 && ctx->ndev < ZCRPC_MAX_DEVICES)
+		idx = ctx->ndev;
+	if (idx < 0)
+		goto out;
+	/* A fresh list holds the device open; the old one goes after it, so
+	 * no device's count drops to zero meanwhile. */
+	list = rdma_get_devices(&n);
+	if (!list || dev_open(&ctx->dev[idx], verbs)) {
+		if (ctx->dev[idx].pd)
+			ibv_dealloc_pd(ctx->dev[idx].pd);
+		memset(&ctx->dev[idx], 0, sizeof(ctx->dev[idx]));
+		if (idx < ctx->ndev) { /* keep the slot as a removed one */
+			ctx->dev[idx].removed = 1;
+			snprintf(ctx->dev[idx].prof.name,
+				 sizeof(ctx->dev[idx].prof.name), "%s", name);
+		}
+		if (list)
+			rdma_free_devices(list);
+		idx = -1;
+		goto out;
+	}
+	if (ctx->list)
+		rdma_free_devices(ctx->list);
+	ctx->list = list;
+	if (idx == ctx->ndev)
+		ctx->ndev++;
+	zcrpc__context_async_init_dev(ctx, idx);
+	zcrpc__context_watch_dev(ctx, idx);
+	zcrpc__list_foreach(it, &ctx->workers) {
+		zcrpc_worker *o = zcrpc__container_of(it, zcrpc_worker, ctx_link);
+
+		o->removed_seen &= ~(1u << idx);
+		zcrpc__worker_async_watch_dev(o, idx);
+	}
+	zcrpc__log(ZCRPC_LOG_INFO, "RDMA device %s is used again (index %d)",
+		   name, idx);
+out:
+	pthread_mutex_unlock(&ctx->lock);
+	return idx;
+}
+
 zcrpc_status zcrpc_context_create(zcrpc_context **out)
 {
 	zcrpc_context *ctx;
@@ -42,7 +126,6 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 	}
 	for (i = 0; i < n; i++) {
 		struct zcrpc__ctx_dev *d = &ctx->dev[ctx->ndev];
-		struct ibv_port_attr pa;
 
 		if (ctx->ndev == ZCRPC_MAX_DEVICES) {
 			/* Said, never silent: zcrpc_context_skipped_devices. */
@@ -54,21 +137,12 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 				   ZCRPC_MAX_DEVICES);
 			continue;
 		}
-		d->verbs = ctx->list[i];
-		if (ibv_query_device(d->verbs, &d->attr))
+		if (dev_open(d, ctx->list[i])) {
+			if (d->pd)
+				ibv_dealloc_pd(d->pd);
+			memset(d, 0, sizeof(*d));
 			continue;
-		d->max_msg_sz = 1U << 30;
-		if (ibv_query_port(d->verbs, 1, &pa) == 0) {
-			if (pa.max_msg_sz)
-				d->max_msg_sz = pa.max_msg_sz;
-			zcrpc__profile_probe(&d->prof, d->verbs, &d->attr, &pa);
-		} else {
-			zcrpc__profile_probe(&d->prof, d->verbs, &d->attr, NULL);
 		}
-		atomic_init(&d->inline_ask, d->prof.inline_cap);
-		d->pd = ibv_alloc_pd(d->verbs);
-		if (!d->pd)
-			continue;
 		ctx->ndev++;
 	}
 	if (!ctx->ndev) {

@@ -37,6 +37,8 @@ zcrpc_status zcrpc__device_get(zcrpc_worker *w, struct ibv_context *verbs,
 	int idx = verbs ? zcrpc__context_dev_index(w->ctx, verbs) : -1;
 	struct zcrpc__device *d;
 
+	if (idx < 0 && verbs)
+		idx = zcrpc__context_adopt(w->ctx, verbs);
 	if (idx < 0) {
 		zcrpc__worker_seterr(w, "device %s is not in the worker's context",
 				     verbs ? ibv_get_device_name(verbs->device)

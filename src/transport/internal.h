@@ -89,6 +89,11 @@ void zcrpc__dev_dereg(zcrpc_context *ctx, struct ibv_mr *r);
  * @why (the device and what failed). Worker thread; setup, not a call. */
 int zcrpc__context_use_device(zcrpc_context *ctx, int idx, char *why,
 			      size_t why_len);
+/* @verbs is a device the context does not have: one that came back after
+ * its removal (`rdma link add`, a reset after DEVICE_FATAL), or a new one.
+ * Takes it into its old slot (same name) or a free one and returns the
+ * index, or -1 (no slot, or it could not be opened). Any worker thread. */
+int zcrpc__context_adopt(zcrpc_context *ctx, struct ibv_context *verbs);
 
 /* ---- mr_spare.c: grants on devices without type-2 windows -------------- */
 /* Whether a registration with @flags keeps spares on device @idx. */
@@ -340,16 +345,23 @@ void zcrpc__context_remove_worker(zcrpc_context *ctx, zcrpc_worker *w);
  * polls, so a removal is heard even by a context with no connection on
  * the device (its PD and pools would otherwise keep it). */
 void zcrpc__context_watch_devices(zcrpc_context *ctx);
+/* The removal watch of device @i alone (under ctx->lock, or at creation). */
+void zcrpc__context_watch_dev(zcrpc_context *ctx, int i);
 void zcrpc__context_unwatch(zcrpc_context *ctx);
 void zcrpc__worker_on_watch(zcrpc_worker *w);
 
 /* ---- async.c: device async events (port up/down, QP/CQ errors). */
 void zcrpc__context_async_init(zcrpc_context *ctx);
-/* Handles device @idx's event @type for the QP @qp_num or the CQ @cq
- * (read from the event before it was acknowledged). */
+void zcrpc__context_async_init_dev(zcrpc_context *ctx, int i);
+/* Adds device @i's async fd to @w's epoll set; 0 or -1. Any thread. */
+int zcrpc__worker_async_watch_dev(zcrpc_worker *w, int i);
+/* Handles device @idx's event @type for the QP @qp_num, the CQ @cq or the
+ * port @port (read from the event before it was acknowledged). */
 void zcrpc__worker_async_event(zcrpc_worker *w, int idx,
 			       enum ibv_event_type type, uint32_t qp_num,
-			       const void *cq);
+			       const void *cq, int port);
+/* Whether port @port of context device @idx is down (PORT_ERR seen). */
+int zcrpc__port_down(const zcrpc_context *ctx, int idx, int port);
 zcrpc_status zcrpc__worker_async_watch(zcrpc_worker *w);
 void zcrpc__worker_on_async(zcrpc_worker *w, int idx);
 

@@ -10,8 +10,11 @@
  *   3. the last worker to sweep deregisters the user MRs on the device,
  *      frees the PD and refreshes librdmacm's device list
  *      (rdma_free_devices + rdma_get_devices), which closes the device.
- * The other devices of the context keep working. A device added later is
- * used by a new context (zcrpc_context_create), not by this one. */
+ * The other devices of the context keep working. When the device comes
+ * back (`rdma link add`, a reset after DEVICE_FATAL) and a connection of
+ * a worker lands on it, the context takes it back into its old slot
+ * (zcrpc__context_adopt: profile, PD, async events, removal watch); the
+ * workers register their pools there again on first use. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -220,6 +223,24 @@ static int device_addr(struct ibv_context *verbs, struct sockaddr_storage *ss)
 	return -1;
 }
 
+void zcrpc__context_watch_dev(zcrpc_context *ctx, int i)
+{
+	struct zcrpc__ctx_dev *d = &ctx->dev[i];
+	struct sockaddr_storage ss;
+	struct rdma_cm_id *id;
+
+	if (!ctx->watch_ch || !d->verbs || device_addr(d->verbs, &ss))
+		return; /* no IP on it: removal heard through ids only */
+	if (rdma_create_id(ctx->watch_ch, &id, NULL, RDMA_PS_TCP))
+		return;
+	if (rdma_bind_addr(id, (struct sockaddr *)&ss) ||
+	    id->verbs != d->verbs) {
+		rdma_destroy_id(id);
+		return;
+	}
+	d->watch = id;
+}
+
 void zcrpc__context_watch_devices(zcrpc_context *ctx)
 {
 	int i;
@@ -229,22 +250,8 @@ void zcrpc__context_watch_devices(zcrpc_context *ctx)
 		return;
 	fcntl(ctx->watch_ch->fd, F_SETFL,
 	      fcntl(ctx->watch_ch->fd, F_GETFL) | O_NONBLOCK);
-	for (i = 0; i < ctx->ndev; i++) {
-		struct zcrpc__ctx_dev *d = &ctx->dev[i];
-		struct sockaddr_storage ss;
-		struct rdma_cm_id *id;
-
-		if (device_addr(d->verbs, &ss))
-			continue; /* no IP on it: removal heard through ids only */
-		if (rdma_create_id(ctx->watch_ch, &id, NULL, RDMA_PS_TCP))
-			continue;
-		if (rdma_bind_addr(id, (struct sockaddr *)&ss) ||
-		    id->verbs != d->verbs) {
-			rdma_destroy_id(id);
-			continue;
-		}
-		d->watch = id;
-	}
+	for (i = 0; i < ctx->ndev; i++)
+		zcrpc__context_watch_dev(ctx, i);
 }
 
 void zcrpc__context_unwatch(zcrpc_context *ctx)

@@ -117,7 +117,18 @@ zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 		return ZCRPC_INVALID_ARGUMENT;
 	zcrpc__worker_async_event(w, c->dev->idx, type, c->id->qp->qp_num,
 				  type == IBV_EVENT_CQ_ERR ? (const void *)c->cq
-							   : NULL);
+							   : NULL,
+				  c->id->port_num);
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc__worker_test_port_event(zcrpc_worker *w, zcrpc_conn *c,
+					   int port, enum ibv_event_type type)
+{
+	if (!w || !c || !c->dev ||
+	    (type != IBV_EVENT_PORT_ERR && type != IBV_EVENT_PORT_ACTIVE))
+		return ZCRPC_INVALID_ARGUMENT;
+	zcrpc__worker_async_event(w, c->dev->idx, type, 0, NULL, port);
 	return ZCRPC_OK;
 }
 

@@ -28,6 +28,11 @@ uint64_t zcrpc__worker_test_epoll_reads(const zcrpc_worker *w);
 zcrpc_status zcrpc__worker_test_async_event(zcrpc_worker *w, zcrpc_conn *c,
 					    enum ibv_event_type type);
 
+/* Handles PORT_ERR or PORT_ACTIVE for port @port of @c's device as if @w
+ * had read it (rxe has one port: a second port's events are injected). */
+zcrpc_status zcrpc__worker_test_port_event(zcrpc_worker *w, zcrpc_conn *c,
+					   int port, enum ibv_event_type type);
+
 /* The next connection set up anywhere in the process gets a completion
  * queue of @entries entries instead of one holding both its queues in full
  * (T19: a real CQ overrun, which rxe reports as IBV_EVENT_CQ_ERR). One-shot;

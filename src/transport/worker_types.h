@@ -27,7 +27,8 @@ struct zcrpc__ctx_dev {
 	int removed;		   /* DEVICE_REMOVAL seen (under ctx->lock) */
 	int sweeps_left;	   /* workers that still hold objects on it */
 	struct rdma_cm_id *watch;  /* bound to the device: hears its removal */
-	atomic_int port_down;	   /* PORT_ERR seen, no PORT_ACTIVE since */
+	/* Bit p: port p had PORT_ERR and no PORT_ACTIVE since (ports 1..31). */
+	atomic_uint ports_down;
 	struct ibv_device_attr attr;
 	uint32_t max_msg_sz; /* of port 1 */
 	struct zcrpc__dev_profile prof; /* profile.c */

@@ -282,11 +282,40 @@ TEST_F(Device, LinkDeleteUnderLiveConnectionsReturnsAndTheDeviceIsUsableAfterReA
 	Peer cli3(0);
 	EXPECT_TRUE(ConnectAndEcho(srv0, cli3, env_.addr0, env_.addr0, 2));
 
-	// The device comes back: a new context uses it.
+	// The device comes back: a new context uses it, and so does the
+	// context that lost it (issue 14 item 7): the old server's worker
+	// listens there again and its connections echo; the context lists
+	// the device as present again, in its old slot.
 	ASSERT_TRUE(restore.Restore());
 	Peer srv2(0), cli2(0);
 	ASSERT_TRUE(srv2.Listen(addr));
 	EXPECT_TRUE(ConnectAndEcho(srv2, cli2, addr, env_.addr0, 2));
+
+	zcrpc_context *old_ctx = zcrpc_worker_get_context(srv.w);
+	int slot = -1;
+	for (int i = 0; i < zcrpc_context_device_count(old_ctx); i++) {
+		zcrpc_device_info d;
+		ASSERT_EQ(zcrpc_context_get_device_info(old_ctx, i, &d, sizeof(d)), ZCRPC_OK);
+		if (dev == d.name)
+			slot = i;
+	}
+	ASSERT_GE(slot, 0);
+	zcrpc_device_info before;
+	ASSERT_EQ(zcrpc_context_get_device_info(old_ctx, slot, &before, sizeof(before)), ZCRPC_OK);
+	EXPECT_EQ(before.removed, 1u) << "not taken back before a connection lands on it";
+	zcrpc_listener_destroy(srv.l); // the one that went with the device
+	srv.l = nullptr;
+	ASSERT_TRUE(srv.Listen(addr));
+	EXPECT_TRUE(ConnectAndEcho(srv, cli, addr, env_.addr0, 2))
+		<< "the context that lost the device does not use it again";
+	zcrpc_device_info after;
+	ASSERT_EQ(zcrpc_context_get_device_info(old_ctx, slot, &after, sizeof(after)), ZCRPC_OK);
+	EXPECT_EQ(after.removed, 0u);
+	EXPECT_EQ(after.in_use, 1u);
+	EXPECT_GT(after.registered_bytes, 0u) << "its pool is registered there again";
+	EXPECT_EQ(zcrpc_context_device_count(old_ctx), 2) << "the old slot, not a new one";
+	std::printf("%s back in the old context (slot %d): %llu bytes registered\n", dev.c_str(),
+		    slot, (unsigned long long)after.registered_bytes);
 }
 
 // Reference scenario T24: the netdev under rxe1 goes down for 3 s. The
@@ -433,6 +462,56 @@ TEST_F(Device, InjectedQpFatalAndCqErrorFailOnlyTheirConnection)
 			zcrpc_conn_destroy(c);
 		cli.conns.clear();
 		EXPECT_EQ(cli.InUse(), 0u);
+	}
+	zcrpc_context_destroy(ctx);
+}
+
+// Item 7 of issue 14: port events are per port. rxe has one port, so a
+// second port's PORT_ERR is injected (the real port-1 path is the link-down
+// test above): connections on port 1 keep connecting and echoing; port 1's
+// own PORT_ERR fails a connect there fast, naming the port, until its
+// PORT_ACTIVE.
+TEST_F(Device, PortEventsAreThePortsOwnAPort2ErrorLeavesPort1Working)
+{
+	zcrpc_context *ctx = nullptr;
+	ASSERT_EQ(zcrpc_context_create(&ctx), ZCRPC_OK);
+	{
+		Peer srv(0, ctx), cli(0, ctx);
+		ASSERT_TRUE(srv.Listen(env_.addr1));
+		ASSERT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1));
+		zcrpc_conn *c = cli.conns[0];
+		zcrpc_conn_info info;
+		zcrpc_conn_get_info(c, &info, sizeof(info));
+		ASSERT_EQ(info.port, 1u);
+
+		ASSERT_EQ(zcrpc__worker_test_port_event(cli.w, c, 2, IBV_EVENT_PORT_ERR), ZCRPC_OK);
+		EXPECT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1))
+			<< "a port-2 error stopped port 1";
+
+		ASSERT_EQ(zcrpc__worker_test_port_event(cli.w, c, 1, IBV_EVENT_PORT_ERR), ZCRPC_OK);
+		const int closed0 = cli.closed;
+		ASSERT_TRUE(cli.Connect(env_.addr1, zcrpc_listener_get_port(srv.l), env_.addr0));
+		EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.closed > closed0; },
+					 Scaled(5000)));
+		zcrpc_conn *refused = cli.conns.back();
+		EXPECT_EQ(zcrpc_conn_get_status(refused), ZCRPC_UNAVAILABLE);
+		EXPECT_NE(std::strstr(zcrpc_conn_get_error(refused), "port 1 of"), nullptr)
+			<< zcrpc_conn_get_error(refused);
+		// The established connections are not failed by a port event.
+		int before = cli.recvd;
+		ASSERT_EQ(zcrpc_conn_send(c, "still", 5), ZCRPC_OK);
+		EXPECT_TRUE(ProgressBoth(srv, cli, [&] { return cli.recvd == before + 1; },
+					 Scaled(5000)));
+
+		ASSERT_EQ(zcrpc__worker_test_port_event(cli.w, c, 1, IBV_EVENT_PORT_ACTIVE),
+			  ZCRPC_OK);
+		EXPECT_TRUE(ConnectAndEcho(srv, cli, env_.addr1, env_.addr0, 1))
+			<< "port 1 back, port 2 still down";
+		EXPECT_EQ(zcrpc__worker_test_port_event(cli.w, c, 1, IBV_EVENT_QP_FATAL),
+			  ZCRPC_INVALID_ARGUMENT);
+		for (auto *k : cli.conns)
+			zcrpc_conn_destroy(k);
+		cli.conns.clear();
 	}
 	zcrpc_context_destroy(ctx);
 }
