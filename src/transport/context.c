@@ -247,29 +247,41 @@ static int mr_access(const zcrpc_context *ctx, int idx, unsigned flags)
 }
 
 /* Registers [addr, addr+len) for a registration with @flags on the
- * devices reg_on() names (a removed device's entry stays NULL). */
-static int reg_target(zcrpc_context *ctx, void *addr, size_t len,
-		      unsigned flags, struct ibv_mr **mrs)
+ * devices of @mask that are there (a removed device's entry stays NULL);
+ * all or none. 0 or an errno value. Under ctx->lock. */
+static int reg_set(zcrpc_context *ctx, void *addr, size_t len, uint32_t mask,
+		   unsigned flags, struct ibv_mr **mrs)
 {
-	int i, err = 0;
+	int i;
 
-	pthread_mutex_lock(&ctx->lock);
 	for (i = 0; i < ctx->ndev; i++) {
 		mrs[i] = NULL;
-		if (!reg_on(ctx, i))
+		if (!(mask & (1u << i)) || !ctx->dev[i].pd)
 			continue;
 		mrs[i] = zcrpc__dev_reg(ctx, i, addr, len,
 					mr_access(ctx, i, flags));
 		if (!mrs[i]) {
-			err = errno ? errno : ENOMEM;
+			int err = errno ? errno : ENOMEM;
+
 			while (i-- > 0)
 				if (mrs[i])
 					zcrpc__dev_dereg(ctx, mrs[i]);
-			break;
+			return err;
 		}
 	}
-	pthread_mutex_unlock(&ctx->lock);
-	return err;
+	return 0;
+}
+
+/* The devices reg_on() names now. Under ctx->lock. */
+static uint32_t reg_mask_locked(const zcrpc_context *ctx)
+{
+	uint32_t mask = 0;
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++)
+		if (reg_on(ctx, i))
+			mask |= 1u << i;
+	return mask;
 }
 
 int zcrpc__context_use_device(zcrpc_context *ctx, int idx, char *why,
@@ -324,31 +336,19 @@ static int pool_reg(void *c, void *addr, size_t len, uint32_t mask,
 {
 	zcrpc_context *ctx = c;
 	struct ibv_mr **mrs = calloc(ZCRPC_MAX_DEVICES, sizeof(*mrs));
-	int i, err = 0;
+	int i, err;
 
 	if (!mrs)
 		return ENOMEM;
 	pthread_mutex_lock(&ctx->lock);
-	for (i = 0; i < ctx->ndev; i++) {
-		lkeys[i] = 0;
-		if (!(mask & (1u << i)) || !ctx->dev[i].pd)
-			continue;
-		mrs[i] = zcrpc__dev_reg(ctx, i, addr, len,
-					IBV_ACCESS_LOCAL_WRITE);
-		if (!mrs[i]) {
-			err = errno ? errno : ENOMEM;
-			while (i-- > 0)
-				if (mrs[i])
-					zcrpc__dev_dereg(ctx, mrs[i]);
-			break;
-		}
-		lkeys[i] = mrs[i]->lkey;
-	}
+	err = reg_set(ctx, addr, len, mask, 0, mrs);
 	pthread_mutex_unlock(&ctx->lock);
 	if (err) {
 		free(mrs);
 		return err;
 	}
+	for (i = 0; i < ZCRPC_MAX_DEVICES; i++)
+		lkeys[i] = mrs[i] ? mrs[i]->lkey : 0;
 	*handle = mrs;
 	return 0;
 }
@@ -427,21 +427,32 @@ zcrpc_status zcrpc_mr_register(zcrpc_context *ctx, void *addr, size_t len,
 		atomic_init(&mr->refill_asked[i], 0);
 		atomic_init(&mr->refill_err[i], 0);
 	}
-	err = reg_target(ctx, addr, len, flags, mr->mrs);
-	if (!err && (err = zcrpc__spare_first(mr)) != 0)
-		zcrpc__spare_forget(mr);
+	/* Registered and listed in one hold of the lock, so a device that
+	 * comes into use (zcrpc__context_use_device) either finds the new
+	 * registration listed or is already used when its devices are
+	 * chosen. */
+	pthread_mutex_lock(&ctx->lock);
+	err = reg_set(ctx, addr, len, reg_mask_locked(ctx), flags, mr->mrs);
+	for (i = 0; !err && i < ctx->ndev; i++)
+		if (mr->mrs[i] && zcrpc__spare_wanted(ctx, i, flags))
+			err = zcrpc__spare_make_locked(mr, i);
 	if (err) {
-		for (i = 0; i < ctx->ndev; i++)
+		for (i = 0; i < ZCRPC_MAX_DEVICES; i++) {
+			struct ibv_mr *r = atomic_exchange(&mr->spare[i], NULL);
+
+			if (r)
+				zcrpc__dev_dereg(ctx, r);
 			if (mr->mrs[i])
 				zcrpc__dev_dereg(ctx, mr->mrs[i]);
+		}
+		pthread_mutex_unlock(&ctx->lock);
 		free(mr);
 		return err == EINVAL || err == EFAULT ? ZCRPC_INVALID_ARGUMENT
 						      : ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	zcrpc__context_ref(ctx);
-	pthread_mutex_lock(&ctx->lock);
 	zcrpc__list_push_front(&ctx->mrs, &mr->link);
 	pthread_mutex_unlock(&ctx->lock);
+	zcrpc__context_ref(ctx);
 	*out = mr;
 	return ZCRPC_OK;
 }

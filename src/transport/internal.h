@@ -98,8 +98,6 @@ int zcrpc__context_adopt(zcrpc_context *ctx, struct ibv_context *verbs);
 /* ---- mr_spare.c: grants on devices without type-2 windows -------------- */
 /* Whether a registration with @flags keeps spares on device @idx. */
 int zcrpc__spare_wanted(const zcrpc_context *ctx, int idx, unsigned flags);
-/* The first spares of a new registration (caller's thread); errno or 0. */
-int zcrpc__spare_first(zcrpc_mr *mr);
 /* @mr's spare on device @idx now, unless it has one; under ctx->lock. */
 int zcrpc__spare_make_locked(zcrpc_mr *mr, int idx);
 /* Takes device @idx's spare (NULL when none is ready) and asks the spare

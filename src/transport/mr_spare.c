@@ -144,24 +144,6 @@ int zcrpc__spare_wanted(const zcrpc_context *ctx, int idx, unsigned flags)
 	return (flags & ZCRPC_MR_REMOTE_WRITE) && !ctx->dev[idx].prof.mw_type2;
 }
 
-/* Caller's thread, at registration (outside ctx->lock). */
-int zcrpc__spare_first(zcrpc_mr *mr)
-{
-	int i;
-
-	for (i = 0; i < mr->ctx->ndev; i++) {
-		struct ibv_mr *r;
-
-		if (!mr->mrs[i] || !zcrpc__spare_wanted(mr->ctx, i, mr->flags))
-			continue;
-		r = reg_spare(mr, i);
-		if (!r)
-			return errno ? errno : ENOMEM;
-		atomic_store(&mr->spare[i], r);
-	}
-	return 0;
-}
-
 void zcrpc__spare_refill(zcrpc_mr *mr, int idx)
 {
 	struct zcrpc__spare_thread *t;
