@@ -110,6 +110,11 @@ typedef struct zcrpc_channel_opts {
 	 * 0 = the kernel's default): zcrpc_connect_opts.tos. 64 bits wide so
 	 * that it lies past the old struct's tail padding (docs/abi.md). */
 	uint64_t tos;
+	/** Pin the channel's connections to a device, port and GID index:
+	 * zcrpc_connect_opts.device / port / gid_index (the name is copied). */
+	const char *device;
+	uint32_t port;
+	uint32_t gid_index;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 

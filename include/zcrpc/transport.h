@@ -331,6 +331,23 @@ typedef struct zcrpc_connect_opts {
 	 * manager's path record; zcrpc sets none itself (docs/devices.md).
 	 */
 	uint32_t tos;
+	/**
+	 * Pinning the path: the RDMA device (its name, e.g. "mlx5_1"; copied)
+	 * or NULL for the one the route picks; its @port (0 = 1); and the GID
+	 * table entry whose address becomes the connection's source
+	 * (@gid_index, an IPv4-mapped or global IPv6 GID of RoCE; 0 = the
+	 * port's first GID with an IP address — entry 0 itself is always the
+	 * link-local default GID there). rdma_cm then uses that address's GID
+	 * of its default RoCE type, which zcrpc_conn_get_info() reports. The
+	 * route is checked after resolution: one over another device or port
+	 * fails the connection FAILED_PRECONDITION naming both. An unknown
+	 * device, a port it lacks, a GID without an address, or @src_addr
+	 * given too: INVALID_ARGUMENT (zcrpc_last_error() says which).
+	 * InfiniBand connects through IPoIB: give @src_addr instead.
+	 */
+	const char *device;
+	uint32_t port;
+	uint32_t gid_index;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_connect_opts;
 

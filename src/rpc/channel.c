@@ -39,6 +39,9 @@ zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch)
 	co.psk_len = ch->o.psk_len;
 	co.identity = ch->o.psk ? ch->identity : NULL;
 	co.tos = (uint32_t)ch->o.tos;
+	co.device = ch->o.device ? ch->device : NULL;
+	co.port = ch->o.port;
+	co.gid_index = ch->o.gid_index;
 	st = zcrpc_connect(ch->w, ch->host, ch->port, &co, &h, &ch->conn);
 	if (st == ZCRPC_OK) {
 		if (ch->attempts++)
@@ -260,10 +263,13 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	    (ch->o.psk && (ch->o.psk_len < ZCRPC_PSK_MIN ||
 			   ch->o.psk_len > ZCRPC_PSK_MAX)) ||
 	    (ch->o.identity && strlen(ch->o.identity) > ZCRPC_IDENTITY_MAX) ||
-	    ch->o.tos > 255) {
+	    ch->o.tos > 255 ||
+	    (ch->o.device && strlen(ch->o.device) >= sizeof(ch->device))) {
 		free(ch);
 		return ZCRPC_INVALID_ARGUMENT;
 	}
+	if (ch->o.device) /* our own copy; o.device says it is set */
+		strcpy(ch->device, ch->o.device);
 	if (ch->o.psk) { /* our own copies */
 		memcpy(ch->psk, ch->o.psk, ch->o.psk_len);
 		ch->o.psk = ch->psk;

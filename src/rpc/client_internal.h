@@ -101,6 +101,7 @@ struct zcrpc_channel {
 	/* admission: the key (o.psk points here) and the last refusal */
 	uint8_t psk[ZCRPC_PSK_MAX];
 	char identity[ZCRPC_IDENTITY_MAX + 1];
+	char device[64]; /* the pinned device's name, o.device set */
 	zcrpc_status down_status; /* why the last connection failed */
 	char down_why[256];
 	/* Why zcrpc_call_start refused a call for want of room (for

@@ -132,6 +132,11 @@ static void job_continue(zcrpc_conn *c, struct zcrpc__job *job)
 		zcrpc__conn_fail(c, ZCRPC_UNAVAILABLE, "%s", job->detail);
 		return;
 	}
+	if (job->pinned && zcrpc__pin_check(c->w->ctx, &job->pin, id, job->detail,
+					    sizeof(job->detail))) {
+		zcrpc__conn_fail(c, ZCRPC_FAILED_PRECONDITION, "%s", job->detail);
+		return; /* the job's id goes with the job */
+	}
 	job->id = NULL; /* the connection owns it now */
 	st = zcrpc__conn_setup(c, id);
 	if (st != ZCRPC_OK) {
@@ -231,6 +236,25 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	job->host = strdup(host);
 	job->port = strdup(port);
+	if (o.device) {
+		char why[200];
+
+		if (o.src_addr) {
+			job_free(job);
+			zcrpc__set_last_error("a pinned device and a source address "
+					      "exclude each other");
+			return ZCRPC_INVALID_ARGUMENT;
+		}
+		st = zcrpc__pin_source(w->ctx, o.device, o.port, o.gid_index,
+				       &job->pin, why, sizeof(why));
+		if (st != ZCRPC_OK) {
+			job_free(job);
+			zcrpc__set_last_error("%s", why);
+			return st;
+		}
+		job->pinned = 1;
+		o.src_addr = job->pin.src;
+	}
 	job->src_addr = o.src_addr ? strdup(o.src_addr) : NULL;
 	job->tos = (uint8_t)o.tos;
 	if (!job->host || !job->port || (o.src_addr && !job->src_addr))

@@ -348,6 +348,19 @@ void zcrpc__context_watch_dev(zcrpc_context *ctx, int i);
 void zcrpc__context_unwatch(zcrpc_context *ctx);
 void zcrpc__worker_on_watch(zcrpc_worker *w);
 
+/* ---- pin.c: a connection pinned to a device, port and GID ------------ */
+/* struct zcrpc__pin is in worker_types.h (a connect job holds one). */
+/* Chooses the source address for a pin (gid_index 0: the port's first GID
+ * with an IP address). INVALID_ARGUMENT with @why when the device, port or
+ * GID does not exist or has no address. Worker thread. */
+zcrpc_status zcrpc__pin_source(zcrpc_context *ctx, const char *device,
+			       uint32_t port, uint32_t gid_index,
+			       struct zcrpc__pin *out, char *why, size_t why_len);
+/* 0 when the resolved @id runs over the pinned device and port; else -1
+ * and @why names both. */
+int zcrpc__pin_check(const zcrpc_context *ctx, const struct zcrpc__pin *p,
+		     const struct rdma_cm_id *id, char *why, size_t why_len);
+
 /* ---- async.c: device async events (port up/down, QP/CQ errors). */
 void zcrpc__context_async_init(zcrpc_context *ctx);
 void zcrpc__context_async_init_dev(zcrpc_context *ctx, int i);

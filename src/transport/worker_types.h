@@ -165,6 +165,14 @@ struct zcrpc__device {
 };
 
 /* Active-side address and route resolution, run on a setup thread. */
+/* A connection pinned to a device and port (pin.c). */
+struct zcrpc__pin {
+	int dev_idx;
+	uint32_t port;
+	char device[64];
+	char src[64]; /* the GID's address: the connection's source */
+};
+
 struct zcrpc__job {
 	struct zcrpc__list link;      /* worker->jobs (all unjoined jobs) */
 	struct zcrpc__job *done_next; /* worker->done_jobs */
@@ -173,6 +181,8 @@ struct zcrpc__job {
 	zcrpc_conn *conn; /* NULL once the worker abandoned it (under lock) */
 	char *host, *port, *src_addr;
 	uint8_t tos;	       /* 0: the kernel's default */
+	int pinned;	       /* pin holds the device, port and source */
+	struct zcrpc__pin pin;
 	struct rdma_cm_id *id; /* result, owned by the job until taken */
 	int err;	       /* errno or EAI_* of the failure, 0 on success */
 	char detail[160];
