@@ -37,6 +37,8 @@ def tail(path, n=3):
 
 
 run = json.loads(read(os.path.join(out, "run.json")) or "{}")
+PROV = run.get("provider", "rxe")   # the guest's provider: rxe or siw
+DEV0 = PROV + "0"
 runs = []
 for line in read(os.path.join(raw, "runs.tsv")).splitlines():
     p = line.split("\t")
@@ -508,19 +510,22 @@ if grpc_status:
 if cpu:
     md.append(f"CPU (callgrind, client side, {cpu['calls']} calls of 16 B, sleeping progress): "
               f"{cpu.get('zcrpc_ir_per_call', 0)} instructions per call in zcrpc's code, "
-              f"{cpu.get('verbs_ir_per_call', 0)} in libibverbs/rxe provider, "
+              f"{cpu.get('verbs_ir_per_call', 0)} in libibverbs/{PROV} provider, "
               f"{cpu.get('libc_ir_per_call', 0)} in libc, {cpu['total_ir_per_call']} in all "
               "(user space only).")
     md.append("")
 others = [r for r in records if r["source"] in ("rstream", "ucx")]
 if others:
+    if PROV == "siw":
+        md.append("UCX has no iWARP transport: over siw its figures are its shared-memory "
+                  "path (same guest), not RDMA; rstream runs over siw.")
     md.append("Peers: " + "; ".join(
         f"{r['test']} {r.get('name', '')} {hsize(r['size'])}: {fmt(r['value'], 2)} {r['unit']}"
         + (f" ({r['gbit_s']} Gb/s)" if 'gbit_s' in r else "")
         for r in others) + ".")
     md.append("")
 if perftest_settings:
-    md.append("perftest settings: `-R -d rxe0 -F`, busy polling (its default), RC; max inline "
+    md.append(f"perftest settings: `-R -d {DEV0} -F`, busy polling (its default), RC; max inline "
               "as reported: " + ", ".join(f"{k} {v.get('max_inline')} B"
                                          for k, v in sorted(perftest_settings.items())) +
               ". zcrpc: busy poll, 220 B inline requested (granted "
