@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,29 @@ out:
 	return idx;
 }
 
+/* Soft-iWARP runs TCP in the kernel and sends from the thread that posts:
+ * when the peer reset the connection, that send raises SIGPIPE in the
+ * application (tcp_sendmsg without MSG_NOSIGNAL), which would kill it. A
+ * context with a siw device therefore ignores SIGPIPE, as gRPC does,
+ * unless the application chose a disposition itself (docs/devices.md). */
+static void siw_sigpipe(const zcrpc_context *ctx)
+{
+	struct sigaction sa;
+	int i;
+
+	for (i = 0; i < ctx->ndev; i++)
+		if (ctx->dev[i].prof.provider == ZCRPC_PROV_SIW)
+			break;
+	if (i == ctx->ndev || sigaction(SIGPIPE, NULL, &sa) ||
+	    (sa.sa_flags & SA_SIGINFO) || sa.sa_handler != SIG_DFL)
+		return;
+	sa.sa_handler = SIG_IGN;
+	if (sigaction(SIGPIPE, &sa, NULL) == 0)
+		zcrpc__log(ZCRPC_LOG_INFO, "SIGPIPE ignored: %s is Soft-iWARP "
+			   "(its kernel TCP raises it on a reset connection)",
+			   ctx->dev[i].prof.name);
+}
+
 zcrpc_status zcrpc_context_create(zcrpc_context **out)
 {
 	zcrpc_context *ctx;
@@ -157,6 +181,7 @@ zcrpc_status zcrpc_context_create(zcrpc_context **out)
 	}
 	zcrpc__context_watch_devices(ctx);
 	zcrpc__context_async_init(ctx);
+	siw_sigpipe(ctx);
 	*out = ctx;
 	return ZCRPC_OK;
 }

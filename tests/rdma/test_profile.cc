@@ -1,6 +1,7 @@
 // Device profiles over rxe (issue 13 item 4, the skeleton the hardware
 // issue fills in): what the context learned about each device once, and
 // the quirk the send queue follows (docs/design.md "Device profiles").
+#include <csignal>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -375,4 +376,37 @@ TEST_F(Profile, PinnedDevicePortAndGidChooseThePathOrAreRefusedNamingWhy)
 		w, [] { return false; }, Scaled(200));
 	zcrpc_listener_destroy(l);
 	zcrpc_worker_destroy(w);
+}
+
+namespace
+{
+void OwnSigpipe(int) {}
+} // namespace
+
+// siw's kernel TCP raises SIGPIPE in the thread that posts on a connection
+// the peer reset (seen: Hostile.Garbage… killed by SIGPIPE over siw). A
+// context with a siw device ignores SIGPIPE unless the application chose a
+// disposition; over rxe nothing changes.
+TEST_F(Profile, ASoftIwarpContextIgnoresSigpipeUnlessTheApplicationChose)
+{
+	struct sigaction dfl{}, now{};
+	dfl.sa_handler = SIG_DFL;
+	ASSERT_EQ(sigaction(SIGPIPE, &dfl, nullptr), 0);
+	zcrpc_context *ctx = nullptr;
+	ASSERT_EQ(zcrpc_context_create(&ctx), ZCRPC_OK);
+	ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+	if (env_.provider == "siw")
+		EXPECT_EQ(now.sa_handler, SIG_IGN);
+	else
+		EXPECT_EQ(now.sa_handler, SIG_DFL);
+	zcrpc_context_destroy(ctx);
+
+	struct sigaction own{};
+	own.sa_handler = OwnSigpipe;
+	ASSERT_EQ(sigaction(SIGPIPE, &own, nullptr), 0);
+	ASSERT_EQ(zcrpc_context_create(&ctx), ZCRPC_OK);
+	ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+	EXPECT_EQ(now.sa_handler, &OwnSigpipe) << "the application's handler stays";
+	zcrpc_context_destroy(ctx);
+	ASSERT_EQ(sigaction(SIGPIPE, &dfl, nullptr), 0);
 }
