@@ -217,6 +217,36 @@ void KeepAccepted(zcrpc_listener *, zcrpc_conn *c, void *a)
 {
 	*static_cast<zcrpc_conn **>(a) = c;
 }
+
+// A worker listening on @addr that keeps the last connection it accepted;
+// the tests connect to it from the same worker.
+struct SelfServer {
+	zcrpc_worker *w = nullptr;
+	zcrpc_listener *l = nullptr;
+	zcrpc_conn *accepted = nullptr;
+	std::string port;
+	bool ok = false;
+	explicit SelfServer(const std::string &addr)
+	{
+		if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK)
+			return;
+		zcrpc_listen_opts lo;
+		zcrpc_listen_opts_init(&lo);
+		lo.on_accept = KeepAccepted;
+		lo.arg = &accepted;
+		if (zcrpc_listen(w, addr.c_str(), "0", &lo, &l) != ZCRPC_OK)
+			return;
+		port = std::to_string(zcrpc_listener_get_port(l));
+		ok = true;
+	}
+	~SelfServer()
+	{
+		if (l)
+			zcrpc_listener_destroy(l);
+		if (w)
+			zcrpc_worker_destroy(w);
+	}
+};
 } // namespace
 
 // Item 6: a connection's ToS (RDMA_OPTION_ID_TOS, set before the route is
@@ -225,16 +255,11 @@ void KeepAccepted(zcrpc_listener *, zcrpc_conn *c, void *a)
 // have no address vector (the ToS goes to the TCP socket): info reads 0.
 TEST_F(Profile, TosIsSetBeforeTheRouteAndBothQueuePairsCarryIt)
 {
-	zcrpc_worker *w = nullptr;
-	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
-	zcrpc_conn *accepted = nullptr;
-	zcrpc_listen_opts lo;
-	zcrpc_listen_opts_init(&lo);
-	lo.on_accept = KeepAccepted;
-	lo.arg = &accepted;
-	zcrpc_listener *l = nullptr;
-	ASSERT_EQ(zcrpc_listen(w, env_.addr0.c_str(), "0", &lo, &l), ZCRPC_OK);
-	const std::string port = std::to_string(zcrpc_listener_get_port(l));
+	SelfServer srv(env_.addr0);
+	ASSERT_TRUE(srv.ok);
+	zcrpc_worker *w = srv.w;
+	zcrpc_conn *&accepted = srv.accepted;
+	const std::string &port = srv.port;
 	zcrpc_conn_handlers h;
 	zcrpc_conn_handlers_init(&h);
 	zcrpc_connect_opts co;
@@ -292,8 +317,6 @@ TEST_F(Profile, TosIsSetBeforeTheRouteAndBothQueuePairsCarryIt)
 	zcrpc_conn_destroy(d);
 	ProgressUntil(
 		w, [] { return false; }, Scaled(200));
-	zcrpc_listener_destroy(l);
-	zcrpc_worker_destroy(w);
 }
 
 // Item 6: a connection pinned to a device and port runs there (over rxe,
@@ -307,16 +330,11 @@ TEST_F(Profile, PinnedDevicePortAndGidChooseThePathOrAreRefusedNamingWhy)
 {
 	const bool siw = env_.provider == "siw";
 	const std::string pin_dev = siw ? env_.dev0 : env_.dev1;
-	zcrpc_worker *w = nullptr;
-	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
-	zcrpc_conn *accepted = nullptr;
-	zcrpc_listen_opts lo;
-	zcrpc_listen_opts_init(&lo);
-	lo.on_accept = KeepAccepted;
-	lo.arg = &accepted;
-	zcrpc_listener *l = nullptr;
-	ASSERT_EQ(zcrpc_listen(w, env_.addr0.c_str(), "0", &lo, &l), ZCRPC_OK);
-	const std::string port = std::to_string(zcrpc_listener_get_port(l));
+	SelfServer srv(env_.addr0);
+	ASSERT_TRUE(srv.ok);
+	zcrpc_worker *w = srv.w;
+	zcrpc_conn *&accepted = srv.accepted;
+	const std::string &port = srv.port;
 	zcrpc_conn_handlers h;
 	zcrpc_conn_handlers_init(&h);
 	zcrpc_connect_opts co;
@@ -374,13 +392,13 @@ TEST_F(Profile, PinnedDevicePortAndGidChooseThePathOrAreRefusedNamingWhy)
 	zcrpc_conn_destroy(c);
 	ProgressUntil(
 		w, [] { return false; }, Scaled(200));
-	zcrpc_listener_destroy(l);
-	zcrpc_worker_destroy(w);
 }
 
 namespace
 {
-void OwnSigpipe(int) {}
+void OwnSigpipe(int)
+{
+}
 } // namespace
 
 // siw's kernel TCP raises SIGPIPE in the thread that posts on a connection
@@ -389,7 +407,8 @@ void OwnSigpipe(int) {}
 // disposition; over rxe nothing changes.
 TEST_F(Profile, ASoftIwarpContextIgnoresSigpipeUnlessTheApplicationChose)
 {
-	struct sigaction dfl{}, now{};
+	struct sigaction dfl {
+	}, now{};
 	dfl.sa_handler = SIG_DFL;
 	ASSERT_EQ(sigaction(SIGPIPE, &dfl, nullptr), 0);
 	zcrpc_context *ctx = nullptr;
@@ -401,12 +420,14 @@ TEST_F(Profile, ASoftIwarpContextIgnoresSigpipeUnlessTheApplicationChose)
 		EXPECT_EQ(now.sa_handler, SIG_DFL);
 	zcrpc_context_destroy(ctx);
 
-	struct sigaction own{};
+	struct sigaction own {
+	};
 	own.sa_handler = OwnSigpipe;
 	ASSERT_EQ(sigaction(SIGPIPE, &own, nullptr), 0);
 	ASSERT_EQ(zcrpc_context_create(&ctx), ZCRPC_OK);
 	ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
-	EXPECT_EQ(now.sa_handler, &OwnSigpipe) << "the application's handler stays";
+	EXPECT_EQ(now.sa_handler, &OwnSigpipe)
+		<< "the application's handler stays";
 	zcrpc_context_destroy(ctx);
 	ASSERT_EQ(sigaction(SIGPIPE, &dfl, nullptr), 0);
 }
