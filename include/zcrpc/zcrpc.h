@@ -5,6 +5,7 @@
 #include "zcrpc/log.h"
 #include "zcrpc/rpc.h"
 #include "zcrpc/status.h"
+#include "zcrpc/stream.h"
 #include "zcrpc/transport.h"
 #include "zcrpc/version.h"
 

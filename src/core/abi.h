@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "zcrpc/rpc.h"
+#include "zcrpc/stream.h"
 #include "zcrpc/status.h"
 #include "zcrpc/transport.h"
 
@@ -42,6 +43,8 @@ extern "C" {
 #define ZCRPC__MIN_REPLY_OPTS ZCRPC__LAYOUT_END(zcrpc_reply_opts, ctx)
 /* zcrpc_result is an out-struct with a minimum: zcrpc_call() must be able
  * to store the status, message and payload. */
+#define ZCRPC__MIN_STREAM_HANDLERS ZCRPC__LAYOUT_END(zcrpc_stream_handlers, arg)
+#define ZCRPC__MIN_STREAM_OPTS ZCRPC__LAYOUT_END(zcrpc_stream_opts, n_md)
 #define ZCRPC__MIN_RESULT ZCRPC__LAYOUT_END(zcrpc_result, attachment_len)
 
 /*

@@ -4,6 +4,7 @@
  * the frames that arrive on it. The calls are in client_call.c, their bulk
  * parts in client_bulk.c. */
 #include "client_internal.h"
+#include "stream_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,7 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 	} else if (conn == ch->draining) {
 		ch->draining = NULL;
 	}
+	zcrpc__cstreams_conn_gone(ch, conn, st, why);
 	zcrpc__channel_drop_cancels(ch, conn);
 	zcrpc_conn_destroy(conn);
 }
@@ -108,6 +110,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 			ch->backoff_ms = 0;
 			ch->down_status = ZCRPC_UNAVAILABLE;
 			zcrpc__channel_flush_queue(ch);
+			zcrpc__cstreams_flush(ch, conn);
 		}
 		return;
 	}
@@ -146,6 +149,7 @@ static void on_writable(zcrpc_conn *conn, void *arg)
 		zcrpc__channel_flush_queue(ch);
 	else if (!zcrpc__channel_send_cancels(ch, conn))
 		zcrpc__channel_send_grants(ch, conn); /* draining */
+	zcrpc__cstreams_flush(ch, conn);
 }
 
 /* The server broke the protocol: close the connection, counted, with the
@@ -169,6 +173,10 @@ static void on_recv(zcrpc_conn *conn, const void *data, size_t len, void *arg)
 
 	if (zcrpc__frame_decode(data, len, &f, why, sizeof(why)) != ZCRPC_OK) {
 		zcrpc__channel_protocol_error(ch, conn, why);
+		return;
+	}
+	if ((f.flags & ZCRPC_FRAME_F_STREAM) || f.type >= ZCRPC_FRAME_MESSAGE) {
+		zcrpc__cstreams_on_frame(ch, conn, &f);
 		return;
 	}
 	switch (f.type) {
@@ -313,6 +321,7 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	if (!ch)
 		return;
 	ch->destroying = 1;
+	zcrpc__cstreams_destroy(ch);
 	for (i = 0; i < ch->calls.n; i++) {
 		struct ccall *c = zcrpc__ccall_at(ch, i);
 

@@ -182,21 +182,28 @@ static void queue_cancel(zcrpc_channel *ch, zcrpc_conn *conn,
 
 void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c)
 {
+	zcrpc__channel_cancel_ref(ch, c->conn, zcrpc__ccall_ref(ch, c), 0);
+}
+
+void zcrpc__channel_cancel_ref(zcrpc_channel *ch, zcrpc_conn *conn,
+			       uint32_t ref, uint16_t flags)
+{
 	struct zcrpc_frame f;
 	struct zcrpc__out out;
 
-	if (!c->conn || zcrpc_conn_get_state(c->conn) != ZCRPC_CONN_ESTABLISHED)
+	if (!conn || zcrpc_conn_get_state(conn) != ZCRPC_CONN_ESTABLISHED)
 		return;
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_CANCEL;
-	f.call_id = zcrpc__ccall_ref(ch, c);
+	f.flags = flags;
+	f.call_id = ref;
 	if (zcrpc__out_build(ch->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out)) {
 		/* no pool slot: the server's call runs on until its deadline */
 		ch->st.cancels_lost++;
 		return;
 	}
-	queue_cancel(ch, c->conn, &out);
-	zcrpc__channel_send_cancels(ch, c->conn);
+	queue_cancel(ch, conn, &out);
+	zcrpc__channel_send_cancels(ch, conn);
 }
 
 /* CANCELs go behind the ones already waiting (in order), with the credit

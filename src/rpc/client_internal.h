@@ -104,6 +104,11 @@ struct zcrpc_channel {
 	char device[64]; /* the pinned device's name, o.device set */
 	zcrpc_status down_status; /* why the last connection failed */
 	char down_why[256];
+	/* streams (stream_client.c): their table, made at the first one,
+	 * and the live ones */
+	struct zcrpc__call_table streams;
+	int has_streams;
+	struct zcrpc__list live_streams;
 	/* Why zcrpc_call_start refused a call for want of room (for
 	 * zcrpc_call's message), or NULL: a static string. */
 	const char *start_why;
@@ -150,6 +155,10 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 				      const void *bulk, size_t bulk_len);
 void zcrpc__channel_run_done(zcrpc_channel *ch);
 void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c);
+/* Sends a CANCEL of @ref (@flags: ZCRPC_FRAME_F_STREAM for a stream) on
+ * @conn with the credit kept for control frames, or parks it. */
+void zcrpc__channel_cancel_ref(zcrpc_channel *ch, zcrpc_conn *conn,
+			       uint32_t ref, uint16_t flags);
 /* A CANCEL frame built but not sent yet: the connection had neither the
  * credit kept for control frames nor ring room. Sent from on_writable,
  * before anything else; dropped with its connection. */

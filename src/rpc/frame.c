@@ -28,6 +28,7 @@ void zcrpc__frame_encode(const struct zcrpc_frame *f, uint8_t *b)
 	zcrpc__put_le16(b + 4, f->flags);
 	zcrpc__put_le16(b + 6, f->md_len);
 	zcrpc__put_le32(b + 8, f->call_id);
+	zcrpc__put_le32(b + 12, f->window);
 	zcrpc__put_le32(b + 16, f->method_id);
 	zcrpc__put_le32(b + 20, f->status);
 	zcrpc__put_le32(b + 24, f->payload_len);
@@ -67,6 +68,7 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	f->flags = zcrpc__get_le16(b + 4);
 	f->md_len = zcrpc__get_le16(b + 6);
 	f->call_id = zcrpc__get_le32(b + 8);
+	f->window = zcrpc__get_le32(b + 12);
 	f->method_id = zcrpc__get_le32(b + 16);
 	f->status = zcrpc__get_le32(b + 20);
 	f->payload_len = zcrpc__get_le32(b + 24);
@@ -76,12 +78,16 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	f->bulk_rkey = zcrpc__get_le32(b + 48);
 	f->bulk_token = zcrpc__get_le32(b + 52);
 	f->md = f->payload = NULL;
-	if (f->type < ZCRPC_FRAME_REQUEST || f->type > ZCRPC_FRAME_BULK_GRANT)
+	if (f->type < ZCRPC_FRAME_REQUEST || f->type > ZCRPC_FRAME_TYPE_MAX)
 		return bad(why, why_len, "unknown frame type %u", f->type);
 	if (f->flags & ~ZCRPC_FRAME_F_ALL)
 		return bad(why, why_len, "unknown frame flags 0x%x", f->flags);
-	if (zcrpc__get_le32(b + 12) || get64(b + 56))
+	if (get64(b + 56))
 		return bad(why, why_len, "reserved frame fields are not zero");
+	if (f->type == ZCRPC_FRAME_WINDOW ? !f->window : f->window != 0)
+		return bad(why, why_len, f->window ? "window increment on a frame of type %u"
+						   : "window frame adding no messages",
+			   f->type);
 	body = len - ZCRPC_FRAME_HDR_LEN;
 	if ((uint64_t)f->md_len + f->payload_len != (uint64_t)body)
 		return bad(why, why_len,
@@ -121,6 +127,23 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 				       (f->flags & ZCRPC_FRAME_F_BULK)))
 			return bad(why, why_len, "bulk token outside a grant or bulk reply");
 	}
+	/* Streams (§8): the flag on its three types, no bulk parts yet,
+	 * metadata only where a stream carries it, empty control frames. */
+	if ((f->flags & ZCRPC_FRAME_F_STREAM) && f->type != ZCRPC_FRAME_REQUEST &&
+	    f->type != ZCRPC_FRAME_REPLY && f->type != ZCRPC_FRAME_CANCEL)
+		return bad(why, why_len, "stream flag on frame type %u", f->type);
+	if ((f->flags & ZCRPC_FRAME_F_STREAM) && (f->flags & ZCRPC_FRAME_F_BULK))
+		return bad(why, why_len, "bulk part on a stream's frame");
+	if (f->type == ZCRPC_FRAME_REQUEST && (f->flags & ZCRPC_FRAME_F_STREAM) &&
+	    f->payload_len)
+		return bad(why, why_len, "a stream's opening request carries a payload");
+	if (f->type == ZCRPC_FRAME_MESSAGE && f->md_len)
+		return bad(why, why_len, "metadata on a stream message");
+	if (f->type == ZCRPC_FRAME_HEADERS && f->payload_len)
+		return bad(why, why_len, "payload on a headers frame");
+	if ((f->type == ZCRPC_FRAME_WINDOW || f->type == ZCRPC_FRAME_HALF_CLOSE) &&
+	    (f->md_len || f->payload_len))
+		return bad(why, why_len, "body on a frame of type %u", f->type);
 	if (f->type == ZCRPC_FRAME_BULK_GRANT) {
 		if (!f->bulk_len || f->bulk_len > ZCRPC_BULK_MAX ||
 		    f->bulk_addr + f->bulk_len < f->bulk_addr)

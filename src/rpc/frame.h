@@ -12,7 +12,7 @@
  *  +-------------------------------+-------------------------------+
  *  |                          call id                              |  8
  *  +---------------------------------------------------------------+
- *  |                     reserved (0)                              | 12
+ *  |        window increment (WINDOW), else reserved (0)           | 12
  *  +---------------------------------------------------------------+
  *  |                         method id                             | 16
  *  +---------------------------------------------------------------+
@@ -64,18 +64,32 @@ enum zcrpc_frame_type {
 	ZCRPC_FRAME_CANCEL = 3,	    /* client -> server: forget call id */
 	ZCRPC_FRAME_GOAWAY = 4,	    /* server -> client: no new calls here */
 	ZCRPC_FRAME_BULK_GRANT = 5, /* either way: write the bulk part here */
+	/* Streams (docs/protocol.md §8; only on a connection whose hellos
+	 * both carry ZCRPC_FEAT_STREAMS). */
+	ZCRPC_FRAME_MESSAGE = 6,    /* either way: one message of a stream */
+	ZCRPC_FRAME_WINDOW = 7,	    /* either way: send @window more messages */
+	ZCRPC_FRAME_HEADERS = 8,    /* server -> client: initial metadata */
+	ZCRPC_FRAME_HALF_CLOSE = 9, /* client -> server: no more messages */
 };
+#define ZCRPC_FRAME_TYPE_MAX ZCRPC_FRAME_HALF_CLOSE
 
 /* Flags. */
 #define ZCRPC_FRAME_F_BULK 0x1U /* a bulk part of bulk_len bytes follows by RDMA WRITE */
 #define ZCRPC_FRAME_F_PAYLOAD_IN_BULK 0x2U /* the bulk part is the payload itself (too big to inline) */
-#define ZCRPC_FRAME_F_ALL (ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK)
+#define ZCRPC_FRAME_F_STREAM 0x4U /* REQUEST: opens a stream; REPLY: its final status; CANCEL: of a stream */
+#define ZCRPC_FRAME_F_ALL                                                      \
+	(ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK | ZCRPC_FRAME_F_STREAM)
+
+/* Messages a stream's reader lets its writer send before the first
+ * WINDOW, in each direction (docs/protocol.md §8). */
+#define ZCRPC_STREAM_WINDOW 16U
 
 struct zcrpc_frame {
 	uint8_t type;
 	uint16_t flags;
 	uint16_t md_len;
 	uint32_t call_id;
+	uint32_t window; /* WINDOW: messages added (>= 1); else 0 */
 	uint32_t method_id;
 	uint32_t status;
 	uint32_t payload_len;

@@ -7,6 +7,7 @@
  * server_dispatch.c, replies in server_reply.c, bulk parts in server_bulk.c,
  * frames out in server_send.c. */
 #include "server_internal.h"
+#include "stream_internal.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -140,6 +141,7 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state st, zcrpc_status why,
 			zcrpc__server_rq_remove(s, c);
 		zcrpc__scall_free(s, c);
 	}
+	zcrpc__sstreams_conn_gone(sc);
 	s->st.connections--;
 	if (why == ZCRPC_OK)
 		s->st.conns_closed++; /* the client (or we) closed in order */
@@ -181,6 +183,7 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 	sc->s = s;
 	sc->conn = conn;
 	zcrpc__list_init(&sc->calls);
+	zcrpc__list_init(&sc->streams);
 	zcrpc__list_push_front(&s->conns, &sc->link);
 	memset(&h, 0, sizeof(h));
 	h.size = sizeof(h);
@@ -271,6 +274,7 @@ static zcrpc_status shard_init(zcrpc_server *s, zcrpc_worker *w,
 	}
 	zcrpc__list_init(&s->conns);
 	zcrpc__list_init(&s->run_queue);
+	zcrpc__list_init(&s->streams);
 	if (!s->o.bulk_cache_max)
 		s->o.bulk_cache_max = (size_t)2 << 30;
 	s->conn_max = s->o.bulk_conn_max ? s->o.bulk_conn_max
@@ -381,18 +385,19 @@ size_t zcrpc_server_get_nworkers(const zcrpc_server *s)
 	return s ? s->nshards : 0;
 }
 
-zcrpc_status zcrpc_server_register(zcrpc_server *s, const char *full_name,
-				   zcrpc_handler fn, void *arg)
+zcrpc_status zcrpc__server_add_method(zcrpc_server *s, const char *full_name,
+				      zcrpc_handler fn, void *arg,
+				      zcrpc_stream_handlers *sh)
 {
 	uint32_t id;
-	const struct method *m;
+	struct method *m;
 
-	if (!s || !full_name || !*full_name || !fn)
+	if (!s || !full_name || !*full_name || (!fn && !sh))
 		return ZCRPC_INVALID_ARGUMENT;
 	if (s->nshards > 1 && s->listening)
 		return ZCRPC_FAILED_PRECONDITION; /* other threads read it */
 	id = zcrpc_method_id(full_name);
-	if ((m = zcrpc__server_find_method(s, id)))
+	if (zcrpc__server_find_method(s, id))
 		return ZCRPC_ALREADY_EXISTS; /* same name, or a hash collision */
 	if (s->nmethods == s->cap_methods) {
 		size_t cap = s->cap_methods ? s->cap_methods * 2 : 16;
@@ -403,14 +408,24 @@ zcrpc_status zcrpc_server_register(zcrpc_server *s, const char *full_name,
 		s->methods = nm;
 		s->cap_methods = cap;
 	}
-	s->methods[s->nmethods].name = strdup(full_name);
-	if (!s->methods[s->nmethods].name)
+	m = &s->methods[s->nmethods];
+	m->name = strdup(full_name);
+	if (!m->name)
 		return ZCRPC_RESOURCE_EXHAUSTED;
-	s->methods[s->nmethods].id = id;
-	s->methods[s->nmethods].fn = fn;
-	s->methods[s->nmethods].arg = arg;
+	m->id = id;
+	m->fn = fn;
+	m->arg = arg;
+	m->sh = sh;
 	s->nmethods++;
 	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_server_register(zcrpc_server *s, const char *full_name,
+				   zcrpc_handler fn, void *arg)
+{
+	if (!fn)
+		return ZCRPC_INVALID_ARGUMENT;
+	return zcrpc__server_add_method(s, full_name, fn, arg, NULL);
 }
 
 zcrpc_status zcrpc_server_listen(zcrpc_server *s, const char *host,
@@ -479,9 +494,11 @@ static void shard_fini(zcrpc_server *s)
 			c->on_done = NULL;
 			zcrpc__scall_free(s, c);
 		}
+		zcrpc__sstreams_conn_gone(sc);
 		sconn_free(sc);
 		zcrpc_conn_destroy(conn);
 	}
+	zcrpc__sstreams_destroy(s);
 	for (i = 0; i < s->calls.n; i++) {
 		zcrpc_server_call *c = zcrpc__call_table_at(&s->calls, i);
 
@@ -515,8 +532,10 @@ void zcrpc_server_destroy(zcrpc_server *s)
 	if (s->shards != &s->root)
 		free(s->shards);
 	shard_fini(s);
-	for (i = 0; i < s->nmethods; i++)
+	for (i = 0; i < s->nmethods; i++) {
 		free(s->methods[i].name);
+		free(s->methods[i].sh);
+	}
 	free(s->methods);
 	zcrpc__server_free_workers(s);
 	free(s);

@@ -2,6 +2,7 @@
  * arrive, the method lookup, the concurrency limit and its run queue,
  * deadlines checked before a handler runs, cancellation, freeing a call. */
 #include "server_internal.h"
+#include "stream_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,16 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 					 ZCRPC_UNIMPLEMENTED, msg);
 		return;
 	}
+	if (m->sh) {
+		char msg[96];
+
+		s->st.unimplemented++;
+		snprintf(msg, sizeof(msg), "method %.60s is a streaming method",
+			 m->name);
+		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
+					 ZCRPC_UNIMPLEMENTED, msg);
+		return;
+	}
 	if (s->shutting_down) {
 		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
 					 ZCRPC_UNAVAILABLE,
@@ -245,6 +256,10 @@ void zcrpc__sconn_on_recv(zcrpc_conn *conn, const void *data, size_t len,
 	(void)conn;
 	if (zcrpc__frame_decode(data, len, &f, why, sizeof(why)) != ZCRPC_OK) {
 		zcrpc__sconn_protocol_error(sc, why);
+		return;
+	}
+	if ((f.flags & ZCRPC_FRAME_F_STREAM) || f.type >= ZCRPC_FRAME_MESSAGE) {
+		zcrpc__sstreams_on_frame(sc, &f);
 		return;
 	}
 	switch (f.type) {

@@ -10,6 +10,7 @@
 
 #include "../core/list.h"
 #include "rpc_internal.h"
+#include "zcrpc/stream.h"
 
 /* How soon a frame that found no pool slot is tried again. */
 #define ZCRPC_RETRY_NS (1000LL * 1000LL)
@@ -47,6 +48,7 @@ struct method {
 	char *name;
 	zcrpc_handler fn;
 	void *arg;
+	zcrpc_stream_handlers *sh; /* a streaming method's (owned), else NULL */
 };
 
 struct zcrpc_server_call {
@@ -111,6 +113,8 @@ struct sconn {
 	 * request; when it runs, the connection is closed. */
 	struct zcrpc__timer idle;
 	int called; /* a request frame arrived */
+	struct zcrpc__list streams; /* its open streams (stream_server.c) */
+	uint32_t nstreams;
 };
 
 struct zcrpc_server {
@@ -123,6 +127,7 @@ struct zcrpc_server {
 	struct zcrpc__list conns;	/* of struct sconn */
 	struct zcrpc__call_table calls; /* of zcrpc_server_call */
 	struct zcrpc__list run_queue; /* waiting for a handler slot, in order */
+	struct zcrpc__list streams;   /* every stream of the shard, until freed */
 	struct zcrpc__bulk_cache bulk;
 	struct zcrpc__timer timer; /* deferred frames, buffers registered
 				    * off-thread, bulk time limits */
@@ -197,6 +202,11 @@ void zcrpc__server_free_workers(zcrpc_server *s);
 zcrpc_status zcrpc__serve_stop(zcrpc_server *s, int grace_ms);
 const struct method *zcrpc__server_find_method(const zcrpc_server *s,
 					       uint32_t id);
+/* Adds a method: unary (@fn, @arg) or streaming (@sh, which the server
+ * then owns). */
+zcrpc_status zcrpc__server_add_method(zcrpc_server *s, const char *full_name,
+				      zcrpc_handler fn, void *arg,
+				      zcrpc_stream_handlers *sh);
 /* The connection made a call: it no longer closes for idling. */
 void zcrpc__sconn_called(struct sconn *sc);
 

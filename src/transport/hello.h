@@ -76,9 +76,13 @@ extern "C" {
 	0x40U /* the sender's device has no RDMA WRITE with immediate: the     \
 		 connection ends writes with WRITTEN (not an intersection      \
 		 bit: either side's sets it) */
+#define ZCRPC_FEAT_STREAMS                                                     \
+	0x80U /* the sender's RPC layer speaks streams: the frame types and    \
+		 flags of docs/protocol.md §8 */
 #define ZCRPC_FEAT_ALL                                                         \
 	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
-	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN) /* set in every hello */
+	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN |                              \
+	 ZCRPC_FEAT_STREAMS) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

@@ -22,6 +22,14 @@ static int rdma_peer_closed(const zcrpc_conn *c)
 	return c->peer_closed;
 }
 
+static uint32_t rdma_features(const zcrpc_conn *c)
+{
+	return c->features;
+}
+
+_Static_assert(ZCRPC_SEAM_FEAT_STREAMS == ZCRPC_FEAT_STREAMS,
+	       "the seam's stream bit is the hello's");
+
 static void rdma_abort(zcrpc_conn *c, zcrpc_status st, const char *why)
 {
 	zcrpc__conn_close_error(c, st, "%s", why);
@@ -33,6 +41,7 @@ const struct zcrpc__conn_ops zcrpc__rdma_conn_ops = {
 	.peer_closed = rdma_peer_closed,
 	.abort = rdma_abort,
 	.send_urgent = zcrpc__conn_send_msg_urgent,
+	.features = rdma_features,
 };
 
 void zcrpc__conn_abort(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)

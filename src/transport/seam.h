@@ -49,7 +49,13 @@ struct zcrpc__conn_ops {
 	 * RESOURCE_EXHAUSTED when even that credit or the ring's room is
 	 * gone (the caller keeps the frame for on_writable). */
 	zcrpc_status (*send_urgent)(zcrpc_conn *c, zcrpc_msg *m, size_t len);
+	/* The feature bits both hellos carried (0 before the handshake):
+	 * the RPC layer reads ZCRPC_SEAM_FEAT_STREAMS. */
+	uint32_t (*features)(const zcrpc_conn *c);
 };
+
+/* The connection's peer speaks streams (docs/protocol.md §8). */
+#define ZCRPC_SEAM_FEAT_STREAMS 0x80U
 
 /* The first member of every connection object, whatever its kind. */
 struct zcrpc__conn_base {
@@ -76,6 +82,11 @@ static inline zcrpc_status zcrpc__conn_send_urgent(zcrpc_conn *c, zcrpc_msg *m,
 						   size_t len)
 {
 	return zcrpc__conn_ops_of(c)->send_urgent(c, m, len);
+}
+
+static inline int zcrpc__conn_has_streams(const zcrpc_conn *c)
+{
+	return (zcrpc__conn_ops_of(c)->features(c) & ZCRPC_SEAM_FEAT_STREAMS) != 0;
 }
 
 /* ops->abort with a printf-style reason (cut at 192 bytes). */

@@ -279,7 +279,7 @@ TEST(FrameReject, BadVersion)
 
 TEST(FrameReject, UnknownType)
 {
-	for (uint8_t t : {0, 6, 0x7f, 0xff}) {
+	for (uint8_t t : {0, ZCRPC_FRAME_TYPE_MAX + 1, 0x7f, 0xff}) {
 		zcrpc_frame f = Sample(ZCRPC_FRAME_REQUEST);
 		f.type = t;
 		ExpectReject(BuildFitting(f), "unknown frame type");
@@ -335,13 +335,106 @@ TEST(Frame, PayloadInBulkNeedsABulkPartAndNoInlinePayload)
 
 TEST(FrameReject, NonZeroReservedFields)
 {
-	// The 32-bit field at 12 and the 64-bit field at 56, every byte of each.
-	for (size_t off : {12, 13, 14, 15, 56, 57, 58, 59, 60, 61, 62, 63}) {
+	// The 64-bit field at 56, every byte; the 32-bit field at 12 is the
+	// window increment, zero on every type but WINDOW.
+	for (size_t off : {56, 57, 58, 59, 60, 61, 62, 63}) {
 		auto buf = BuildFitting(Sample(ZCRPC_FRAME_REQUEST));
 		buf[off] = 1;
 		SCOPED_TRACE("offset " + std::to_string(off));
 		ExpectReject(buf, "reserved");
 	}
+	for (uint8_t t = ZCRPC_FRAME_REQUEST; t <= ZCRPC_FRAME_TYPE_MAX; t++) {
+		if (t == ZCRPC_FRAME_WINDOW)
+			continue;
+		for (size_t off : {12, 13, 14, 15}) {
+			auto buf = BuildFitting(Sample(t));
+			buf[off] = 1;
+			SCOPED_TRACE("type " + std::to_string(t) + " offset " + std::to_string(off));
+			ExpectReject(buf, "window increment on a frame");
+		}
+	}
+}
+
+// Streams (docs/protocol.md §8): what each of their frames may carry.
+TEST(FrameStream, EachStreamFrameDecodesWithWhatItMayCarry)
+{
+	const auto md = EncodeMd({{"k", "v"}});
+	const std::vector<uint8_t> body = {1, 2, 3};
+	struct Case {
+		uint8_t type;
+		uint16_t flags;
+		bool md, payload;
+	} ok[] = {
+		{ZCRPC_FRAME_REQUEST, ZCRPC_FRAME_F_STREAM, true, false},
+		{ZCRPC_FRAME_REPLY, ZCRPC_FRAME_F_STREAM, true, true},
+		{ZCRPC_FRAME_CANCEL, ZCRPC_FRAME_F_STREAM, false, false},
+		{ZCRPC_FRAME_MESSAGE, 0, false, true},
+		{ZCRPC_FRAME_MESSAGE, 0, false, false}, // an empty message
+		{ZCRPC_FRAME_HEADERS, 0, true, false},
+		{ZCRPC_FRAME_HALF_CLOSE, 0, false, false},
+	};
+	for (const auto &c : ok) {
+		zcrpc_frame f = Sample(c.type);
+		f.flags = c.flags;
+		auto buf = BuildFitting(f, c.md ? md : std::vector<uint8_t>{},
+					c.payload ? body : std::vector<uint8_t>{});
+		zcrpc_frame out{};
+		char why[256] = "";
+		SCOPED_TRACE("type " + std::to_string(c.type));
+		ASSERT_EQ(zcrpc__frame_decode(buf.data(), buf.size(), &out, why, sizeof(why)),
+			  ZCRPC_OK)
+			<< why;
+		EXPECT_EQ(out.type, c.type);
+		EXPECT_EQ(out.flags, c.flags);
+		EXPECT_EQ(out.call_id, 0x01020304u);
+		EXPECT_EQ(out.md_len, c.md ? md.size() : 0u);
+		EXPECT_EQ(out.payload_len, c.payload ? body.size() : 0u);
+	}
+	zcrpc_frame w = Sample(ZCRPC_FRAME_WINDOW);
+	w.window = 8;
+	auto buf = BuildFitting(w);
+	zcrpc_frame out{};
+	char why[256] = "";
+	ASSERT_EQ(zcrpc__frame_decode(buf.data(), buf.size(), &out, why, sizeof(why)), ZCRPC_OK)
+		<< why;
+	EXPECT_EQ(out.window, 8u);
+}
+
+TEST(FrameStream, BrokenStreamFramesAreRefusedWithTheirReason)
+{
+	const auto md = EncodeMd({{"k", "v"}});
+	const std::vector<uint8_t> body = {1};
+	zcrpc_frame f;
+
+	f = Sample(ZCRPC_FRAME_WINDOW); // adds nothing
+	ExpectReject(BuildFitting(f), "window frame adding no messages");
+	f = Sample(ZCRPC_FRAME_WINDOW);
+	f.window = 1;
+	ExpectReject(BuildFitting(f, {}, body), "body on a frame");
+	f = Sample(ZCRPC_FRAME_HALF_CLOSE);
+	ExpectReject(BuildFitting(f, md), "body on a frame");
+	f = Sample(ZCRPC_FRAME_MESSAGE);
+	ExpectReject(BuildFitting(f, md, body), "metadata on a stream message");
+	f = Sample(ZCRPC_FRAME_HEADERS);
+	ExpectReject(BuildFitting(f, md, body), "payload on a headers frame");
+	f = Sample(ZCRPC_FRAME_REQUEST);
+	f.flags = ZCRPC_FRAME_F_STREAM;
+	ExpectReject(BuildFitting(f, {}, body), "opening request carries a payload");
+	f = Sample(ZCRPC_FRAME_REQUEST);
+	f.flags = ZCRPC_FRAME_F_STREAM | ZCRPC_FRAME_F_BULK;
+	f.bulk_len = 4096;
+	ExpectReject(BuildFitting(f), "bulk part on a stream's frame");
+	for (uint8_t t : {ZCRPC_FRAME_GOAWAY, ZCRPC_FRAME_BULK_GRANT, ZCRPC_FRAME_MESSAGE,
+			  ZCRPC_FRAME_HEADERS, ZCRPC_FRAME_HALF_CLOSE}) {
+		f = Sample(t);
+		f.flags = ZCRPC_FRAME_F_STREAM;
+		SCOPED_TRACE("type " + std::to_string(t));
+		ExpectReject(BuildFitting(f), "stream flag on frame type");
+	}
+	f = Sample(ZCRPC_FRAME_MESSAGE);
+	f.flags = ZCRPC_FRAME_F_BULK;
+	f.bulk_len = 4096;
+	ExpectReject(BuildFitting(f), "bulk flag on frame type");
 }
 
 TEST(FrameReject, LengthsBeyondTheSlot)

@@ -1,0 +1,312 @@
+/* zcrpc — what both sides of a stream do: per-stream flow control
+ * (windows of messages, WINDOW frames as the reader consumes), messages
+ * held while the reader paused, the deadline and the deferred on_finish
+ * on the stream's one timer, and writing messages. docs/protocol.md §8. */
+#include "stream_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A reader returns credit once it consumed this many messages. */
+#define WINDOW_BATCH (ZCRPC_STREAM_WINDOW / 2)
+
+/* A WINDOW that found no pool slot is tried again this soon. */
+#define RETRY_NS (1000LL * 1000LL)
+
+/* A writer's window never grows past this (a peer that adds more breaks
+ * no promise of ours, but the count must not wrap). */
+#define WINDOW_CAP (1U << 20)
+
+static void on_timer(struct zcrpc__timer *t, int64_t now);
+
+void zcrpc__stream_init(zcrpc_stream *s, zcrpc_worker *w,
+			const zcrpc_stream_handlers *h)
+{
+	s->w = w;
+	s->h = *h;
+	s->timer.fn = on_timer;
+	s->send_window = ZCRPC_STREAM_WINDOW;
+	s->recv_left = ZCRPC_STREAM_WINDOW;
+	zcrpc__list_init(&s->link);
+}
+
+uint32_t zcrpc__stream_deadline_us(const zcrpc_stream *s, int64_t now)
+{
+	int64_t left;
+
+	if (!s->deadline_ns)
+		return 0;
+	left = (s->deadline_ns - now) / 1000;
+	if (left < 1)
+		return 1; /* already due: the server ends it at once */
+	return left > 0xffffffffLL ? 0xffffffffU : (uint32_t)left;
+}
+
+zcrpc_status zcrpc__stream_build(zcrpc_stream *s, uint8_t type, uint16_t flags,
+				 struct zcrpc__out *out)
+{
+	struct zcrpc_frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = type;
+	f.flags = flags;
+	f.call_id = s->ref;
+	return zcrpc__out_build(s->w, &f, NULL, 0, 0, NULL, NULL, NULL, out);
+}
+
+void zcrpc__stream_send(zcrpc_stream *s, struct zcrpc__out *out)
+{
+	if (s->client)
+		zcrpc__cstream_send(s, out);
+	else
+		zcrpc__sstream_send(s, out);
+}
+
+void zcrpc__stream_end(zcrpc_stream *s, zcrpc_status st, const char *msg)
+{
+	if (s->ended)
+		return;
+	s->ended = 1;
+	s->end_status = st;
+	snprintf(s->end_msg, sizeof(s->end_msg), "%s", msg ? msg : "");
+	zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
+}
+
+/* Gives the writer back the messages consumed, once half a window is
+ * (or, @all, whatever was consumed: a resumed reader). */
+static void give_window(zcrpc_stream *s, int all)
+{
+	struct zcrpc__out out;
+	struct zcrpc_frame f;
+
+	if (s->ended || !s->consumed || (!all && s->consumed < WINDOW_BATCH))
+		return;
+	memset(&f, 0, sizeof(f));
+	f.type = ZCRPC_FRAME_WINDOW;
+	f.call_id = s->ref;
+	f.window = s->consumed;
+	if (zcrpc__out_build(s->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out) !=
+	    ZCRPC_OK) {
+		/* No pool slot: the writer waits a little longer. */
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + RETRY_NS);
+		return;
+	}
+	s->recv_left += s->consumed;
+	s->consumed = 0;
+	zcrpc__stream_send(s, &out);
+}
+
+static void deliver(zcrpc_stream *s, const void *data, size_t len)
+{
+	if (s->h.on_message)
+		s->h.on_message(s, data, len, s->h.arg);
+	s->consumed++;
+}
+
+int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
+{
+	struct smsg *m;
+
+	if (!s->recv_left)
+		return 1;
+	s->recv_left--;
+	if (s->ended)
+		return 0; /* it is going: nobody reads any more */
+	if (!s->paused && !s->held_head) {
+		deliver(s, f->payload, f->payload_len);
+		give_window(s, 0);
+		return 0;
+	}
+	/* Paused (or older messages still wait): keep a copy, in order. At
+	 * most one window of them, which the check above bounds. */
+	m = malloc(sizeof(*m) + f->payload_len);
+	if (!m) {
+		zcrpc__stream_end(s, ZCRPC_RESOURCE_EXHAUSTED,
+				  "no memory to hold a message of a paused stream");
+		return 0;
+	}
+	m->next = NULL;
+	m->len = f->payload_len;
+	memcpy(m->data, f->payload, f->payload_len);
+	if (s->held_tail)
+		s->held_tail->next = m;
+	else
+		s->held_head = m;
+	s->held_tail = m;
+	s->nheld++;
+	return 0;
+}
+
+void zcrpc__stream_on_window(zcrpc_stream *s, const struct zcrpc_frame *f)
+{
+	int was_closed = !s->send_window;
+
+	s->send_window = s->send_window + f->window > WINDOW_CAP
+				 ? WINDOW_CAP
+				 : s->send_window + f->window;
+	if (was_closed && s->wanted_write && !s->ended) {
+		s->wanted_write = 0;
+		if (s->h.on_writable)
+			s->h.on_writable(s, s->h.arg);
+	}
+}
+
+/* The held messages go to on_message while the reader does not pause
+ * again; then what it consumed goes back to the writer. */
+static void deliver_held(zcrpc_stream *s)
+{
+	struct smsg *m;
+
+	while (!s->paused && !s->ended && (m = s->held_head)) {
+		s->held_head = m->next;
+		if (!s->held_head)
+			s->held_tail = NULL;
+		s->nheld--;
+		deliver(s, m->data, m->len);
+		free(m);
+	}
+	if (!s->held_head && s->half_pending && !s->ended && !s->paused) {
+		s->half_pending = 0;
+		if (s->h.on_half_close)
+			s->h.on_half_close(s, s->h.arg);
+	}
+	give_window(s, 1);
+}
+
+void zcrpc__stream_free_held(zcrpc_stream *s)
+{
+	struct smsg *m;
+
+	while ((m = s->held_head)) {
+		s->held_head = m->next;
+		free(m);
+	}
+	s->held_tail = NULL;
+	s->nheld = 0;
+}
+
+/* on_finish, then the side frees the stream. A stream its peer ended in
+ * order (its final status) first hands over the messages that came
+ * before that status, once its reader resumes. */
+void zcrpc__stream_run_finish(zcrpc_stream *s)
+{
+	zcrpc_stream_end e;
+
+	struct smsg *m;
+
+	while (s->graceful && (m = s->held_head)) {
+		if (s->paused)
+			return; /* zcrpc_stream_resume() comes back here */
+		s->held_head = m->next;
+		if (!s->held_head)
+			s->held_tail = NULL;
+		s->nheld--;
+		if (s->h.on_message)
+			s->h.on_message(s, m->data, m->len, s->h.arg);
+		free(m);
+	}
+	s->finish_run = 1;
+	zcrpc__timer_stop(s->w, &s->timer);
+	memset(&e, 0, sizeof(e));
+	e.size = sizeof(e);
+	e.status = s->end_status;
+	e.message = s->end_msg;
+	e.md = s->n_end_md ? s->end_md : NULL;
+	e.n_md = s->n_end_md;
+	if (s->h.on_finish)
+		s->h.on_finish(s, &e, s->h.arg);
+	if (s->client)
+		zcrpc__cstream_free(s);
+	else
+		zcrpc__sstream_free(s);
+}
+
+static void on_timer(struct zcrpc__timer *t, int64_t now)
+{
+	zcrpc_stream *s = zcrpc__container_of(t, zcrpc_stream, timer);
+
+	if (s->ended) {
+		zcrpc__stream_run_finish(s);
+		return;
+	}
+	if (s->deadline_ns && now >= s->deadline_ns) {
+		if (s->client)
+			zcrpc__cstream_deadline(s);
+		else
+			zcrpc__sstream_deadline(s);
+		return;
+	}
+	if (!s->paused && (s->held_head || s->half_pending))
+		deliver_held(s);
+	else
+		give_window(s, 0);
+	if (!s->ended && s->deadline_ns)
+		zcrpc__timer_start(s->w, &s->timer, s->deadline_ns);
+}
+
+/* ---- the public verbs both sides share ----------------------------------- */
+
+size_t zcrpc_stream_max_message(const zcrpc_stream *s)
+{
+	return s ? zcrpc__worker_max_msg(s->w) - ZCRPC_FRAME_HDR_LEN : 0;
+}
+
+zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
+{
+	struct zcrpc__out out;
+	struct zcrpc_frame f;
+	zcrpc_status st;
+
+	if (!s || (len && !data))
+		return ZCRPC_INVALID_ARGUMENT;
+	if (s->ended || s->half_local)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (len > zcrpc_stream_max_message(s))
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!s->send_window) {
+		s->wanted_write = 1;
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	memset(&f, 0, sizeof(f));
+	f.type = ZCRPC_FRAME_MESSAGE;
+	f.call_id = s->ref;
+	st = zcrpc__out_build(s->w, &f, NULL, 0, len, NULL, NULL, data, &out);
+	if (st != ZCRPC_OK)
+		return st;
+	s->send_window--;
+	s->sent_any = 1;
+	zcrpc__stream_send(s, &out);
+	return ZCRPC_OK;
+}
+
+int zcrpc_stream_can_write(const zcrpc_stream *s)
+{
+	return s && !s->ended && !s->half_local && s->send_window > 0;
+}
+
+void zcrpc_stream_pause(zcrpc_stream *s)
+{
+	if (s)
+		s->paused = 1;
+}
+
+void zcrpc_stream_resume(zcrpc_stream *s)
+{
+	if (!s || !s->paused)
+		return;
+	s->paused = 0;
+	/* Never inside the call: from the next progress. */
+	zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
+}
+
+void zcrpc_stream_set_user(zcrpc_stream *s, void *user)
+{
+	if (s)
+		s->user = user;
+}
+
+void *zcrpc_stream_get_user(const zcrpc_stream *s)
+{
+	return s ? s->user : NULL;
+}

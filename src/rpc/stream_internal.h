@@ -1,0 +1,129 @@
+/* zcrpc — what the stream files share (stream.c: what both sides do;
+ * stream_client.c: a channel's streams; stream_server.c: a server's). A
+ * stream is named on the wire by the client's reference (a slot of the
+ * channel's stream table: index | generation, so a frame for a stream that
+ * ended is recognised and dropped); the server finds its stream by that
+ * reference among its connection's streams. docs/protocol.md §8 is the
+ * protocol, docs/design.md (Streams) the design. */
+#ifndef ZCRPC_RPC_STREAM_INTERNAL_H
+#define ZCRPC_RPC_STREAM_INTERNAL_H
+
+#include "../core/list.h"
+#include "rpc_internal.h"
+#include "zcrpc/stream.h"
+
+struct sconn;
+
+/* A message that arrived while its stream was paused. */
+struct smsg {
+	struct smsg *next;
+	size_t len;
+	unsigned char data[];
+};
+
+struct zcrpc_stream {
+	unsigned client : 1;	  /* the channel's side */
+	unsigned sent_open : 1;	  /* client: its REQUEST went to the transport */
+	unsigned half_local : 1;  /* client: it half-closed */
+	unsigned half_peer : 1;	  /* server: the client half-closed */
+	unsigned ended : 1;	  /* finished, cancelled or failed: on_finish due */
+	unsigned finish_run : 1;  /* on_finish ran (it is being freed) */
+	unsigned paused : 1;
+	unsigned wanted_write : 1; /* a write was refused for the window */
+	unsigned sent_any : 1;	  /* server: headers or a message went */
+	unsigned got_headers : 1; /* client: HEADERS arrived */
+	unsigned got_message : 1; /* client: a MESSAGE arrived */
+	unsigned half_pending : 1; /* server: the client's half-close waits behind paused messages */
+	unsigned graceful : 1;	   /* client: the server's final status ended it */
+	zcrpc_worker *w;
+	zcrpc_stream_handlers h;
+	void *user;
+	uint32_t ref; /* the client's reference: the wire's call id */
+	struct zcrpc__timer timer; /* deadline, deferred work */
+	int64_t deadline_ns;	   /* 0 = none */
+	/* flow control (docs/protocol.md §8) */
+	uint32_t send_window; /* messages we may still send */
+	uint32_t recv_left;   /* messages the peer may still send us */
+	uint32_t consumed;    /* consumed since our last WINDOW */
+	struct smsg *held_head, *held_tail; /* arrived while paused */
+	uint32_t nheld;
+	/* how it ended */
+	zcrpc_status end_status;
+	char end_msg[ZCRPC_STATUS_MSG_MAX + 1];
+	zcrpc_md end_md[ZCRPC_MD_MAX_PAIRS];
+	size_t n_end_md;
+	zcrpc_msg end_frame; /* client: the kept REPLY the metadata points into */
+	int has_end_frame;
+	/* client */
+	zcrpc_channel *ch;
+	zcrpc_conn *conn;		       /* bound at start */
+	struct zcrpc__list link;	       /* ch->live_streams / sc->streams */
+	struct zcrpc__list slink;	       /* server: its shard's streams */
+	struct zcrpc__qframe *q_head, *q_tail; /* client: frames not sent yet */
+	/* server */
+	zcrpc_server *s;
+	struct sconn *sc; /* NULL once its connection is gone */
+	uint32_t method_id;
+};
+
+#define zcrpc__stream_of(node) zcrpc__container_of(node, struct zcrpc_stream, link)
+
+/* ---- stream.c: both sides ---- */
+/* Fields every new stream starts with (windows, timer), on worker @w. */
+void zcrpc__stream_init(zcrpc_stream *s, zcrpc_worker *w,
+			const zcrpc_stream_handlers *h);
+/* Ends @s (once): @st and @msg (copied; may be NULL) for its on_finish,
+ * which runs from the next progress. */
+void zcrpc__stream_end(zcrpc_stream *s, zcrpc_status st, const char *msg);
+/* A MESSAGE frame for @s arrived: checked against the window, delivered
+ * or held while paused. Nonzero when the peer wrote past the window (the
+ * caller ends the stream). */
+int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f);
+/* A WINDOW frame for @s arrived. */
+void zcrpc__stream_on_window(zcrpc_stream *s, const struct zcrpc_frame *f);
+/* Sends a frame of @s: the side's own way (channel queue, server
+ * connection). The slot is the callee's either way. */
+void zcrpc__stream_send(zcrpc_stream *s, struct zcrpc__out *out);
+/* Builds a frame of @type for @s without body. RESOURCE_EXHAUSTED
+ * without a pool slot. */
+zcrpc_status zcrpc__stream_build(zcrpc_stream *s, uint8_t type, uint16_t flags,
+				 struct zcrpc__out *out);
+/* Runs on_finish of ended @s now, then frees it (unless it waits to
+ * hand over held messages of an orderly end: a paused reader). */
+void zcrpc__stream_run_finish(zcrpc_stream *s);
+/* Frees the messages held for a paused reader. */
+void zcrpc__stream_free_held(zcrpc_stream *s);
+/* The time left of @s's deadline for a frame (us, capped), 0 = none. */
+uint32_t zcrpc__stream_deadline_us(const zcrpc_stream *s, int64_t now);
+
+/* ---- stream_client.c ---- */
+void zcrpc__cstreams_on_frame(zcrpc_channel *ch, zcrpc_conn *conn,
+			      const struct zcrpc_frame *f);
+/* Sends the queued frames of the streams on @conn; nonzero when some wait. */
+int zcrpc__cstreams_flush(zcrpc_channel *ch, zcrpc_conn *conn);
+/* @conn went away: its streams end with @st, @why. */
+void zcrpc__cstreams_conn_gone(zcrpc_channel *ch, zcrpc_conn *conn,
+			       zcrpc_status st, const char *why);
+/* The channel is being destroyed: every stream ends CANCELLED, its
+ * on_finish run now, and is freed. */
+void zcrpc__cstreams_destroy(zcrpc_channel *ch);
+void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out);
+void zcrpc__cstream_free(zcrpc_stream *s);
+/* Its deadline passed: ended DEADLINE_EXCEEDED, the server told. */
+void zcrpc__cstream_deadline(zcrpc_stream *s);
+
+/* ---- stream_server.c ---- */
+/* A REQUEST with the stream flag, or a frame of a stream, from @sc. */
+void zcrpc__sstreams_on_frame(struct sconn *sc, const struct zcrpc_frame *f);
+/* @sc closed: its streams end UNAVAILABLE. */
+void zcrpc__sstreams_conn_gone(struct sconn *sc);
+/* The server is being destroyed: its streams end, on_finish run now. */
+void zcrpc__sstreams_destroy(zcrpc_server *s);
+void zcrpc__sstream_send(zcrpc_stream *s, struct zcrpc__out *out);
+void zcrpc__sstream_free(zcrpc_stream *s);
+/* Its deadline passed: ended DEADLINE_EXCEEDED, the client told. */
+void zcrpc__sstream_deadline(zcrpc_stream *s);
+/* zcrpc_stream_cancel() of a server's stream. */
+void zcrpc__sstream_cancel(zcrpc_stream *s);
+
+#endif /* ZCRPC_RPC_STREAM_INTERNAL_H */

@@ -1,0 +1,617 @@
+// Streaming calls over rxe (docs/protocol.md §8): server-streaming,
+// client-streaming and bidirectional streams with initial and trailing
+// metadata, per-stream flow control (a paused reader holds back only its
+// own writer), cancellation from either side, the deadline over the whole
+// stream, a lost server, and clients that break a stream's rules (each
+// loses only that stream). Client and server share one worker here, so
+// every callback runs on the test's thread.
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rdma_env.h"
+#include "rpc/frame.h"
+#include "zcrpc/rpc.h"
+#include "zcrpc/stream.h"
+
+namespace {
+
+const char *kStream = "/zcrpc.test.Stream/Bidi";
+const char *kUnary = "/zcrpc.test.Stream/Unary";
+
+using Md = std::vector<std::pair<std::string, std::string>>;
+
+Md CopyMd(const zcrpc_md *md, size_t n)
+{
+	Md out;
+	for (size_t i = 0; i < n; i++)
+		out.emplace_back(std::string(md[i].key, md[i].key_len),
+				 std::string(static_cast<const char *>(md[i].value),
+					     md[i].value_len));
+	return out;
+}
+
+// What one side saw of one stream.
+struct Seen {
+	zcrpc_stream *s = nullptr;
+	std::vector<std::string> msgs;
+	Md open_md, headers, trailers;
+	int64_t open_timeout_us = 0;
+	bool half = false, finished = false, got_headers = false;
+	int writable = 0;
+	zcrpc_status status = ZCRPC_UNKNOWN;
+	std::string message;
+	// Test-specific reactions (may be empty).
+	std::function<void(Seen &, const std::string &)> on_msg;
+	std::function<void(Seen &)> on_half, on_writable;
+};
+
+// The server's side: every stream it was given, and what the test wants
+// done at each event.
+struct Service {
+	std::vector<std::unique_ptr<Seen>> streams;
+	std::function<void(Seen &)> on_open;
+	std::function<void(Seen &, const std::string &)> on_msg;
+	std::function<void(Seen &)> on_half, on_writable;
+
+	static Seen &Of(zcrpc_stream *s) { return *static_cast<Seen *>(zcrpc_stream_get_user(s)); }
+	static void Open(zcrpc_stream *s, const zcrpc_stream_open *o, void *arg)
+	{
+		auto *svc = static_cast<Service *>(arg);
+		svc->streams.push_back(std::make_unique<Seen>());
+		Seen &x = *svc->streams.back();
+		x.s = s;
+		x.open_md = CopyMd(o->md, o->n_md);
+		x.open_timeout_us = o->timeout_us;
+		x.on_msg = svc->on_msg;
+		x.on_half = svc->on_half;
+		x.on_writable = svc->on_writable;
+		zcrpc_stream_set_user(s, &x);
+		if (svc->on_open)
+			svc->on_open(x);
+	}
+	static void Msg(zcrpc_stream *s, const void *d, size_t n, void *)
+	{
+		Seen &x = Of(s);
+		x.msgs.emplace_back(static_cast<const char *>(d), n);
+		if (x.on_msg)
+			x.on_msg(x, x.msgs.back());
+	}
+	static void Half(zcrpc_stream *s, void *)
+	{
+		Seen &x = Of(s);
+		x.half = true;
+		if (x.on_half)
+			x.on_half(x);
+	}
+	static void Writable(zcrpc_stream *s, void *)
+	{
+		Seen &x = Of(s);
+		x.writable++;
+		if (x.on_writable)
+			x.on_writable(x);
+	}
+	static void Finish(zcrpc_stream *s, const zcrpc_stream_end *e, void *)
+	{
+		Seen &x = Of(s);
+		EXPECT_FALSE(x.finished) << "on_finish ran twice";
+		x.finished = true;
+		x.status = e->status;
+		x.message = e->message;
+		x.s = nullptr;
+	}
+	zcrpc_stream_handlers Handlers()
+	{
+		zcrpc_stream_handlers h{};
+		h.size = sizeof(h);
+		h.on_open = Open;
+		h.on_message = Msg;
+		h.on_half_close = Half;
+		h.on_writable = Writable;
+		h.on_finish = Finish;
+		h.arg = this;
+		return h;
+	}
+};
+
+// The client's callbacks: arg is the Seen of that stream.
+void CHeaders(zcrpc_stream *, const zcrpc_md *md, size_t n, void *a)
+{
+	auto *x = static_cast<Seen *>(a);
+	EXPECT_FALSE(x->got_headers);
+	EXPECT_TRUE(x->msgs.empty()) << "headers after a message";
+	x->got_headers = true;
+	x->headers = CopyMd(md, n);
+}
+void CMsg(zcrpc_stream *, const void *d, size_t n, void *a)
+{
+	auto *x = static_cast<Seen *>(a);
+	x->msgs.emplace_back(static_cast<const char *>(d), n);
+	if (x->on_msg)
+		x->on_msg(*x, x->msgs.back());
+}
+void CWritable(zcrpc_stream *, void *a)
+{
+	auto *x = static_cast<Seen *>(a);
+	x->writable++;
+	if (x->on_writable)
+		x->on_writable(*x);
+}
+void CFinish(zcrpc_stream *, const zcrpc_stream_end *e, void *a)
+{
+	auto *x = static_cast<Seen *>(a);
+	EXPECT_FALSE(x->finished) << "on_finish ran twice";
+	x->finished = true;
+	x->status = e->status;
+	x->message = e->message;
+	x->trailers = CopyMd(e->md, e->n_md);
+	x->s = nullptr;
+}
+
+zcrpc_stream_handlers ClientHandlers(Seen *x)
+{
+	zcrpc_stream_handlers h{};
+	h.size = sizeof(h);
+	h.on_headers = CHeaders;
+	h.on_message = CMsg;
+	h.on_writable = CWritable;
+	h.on_finish = CFinish;
+	h.arg = x;
+	return h;
+}
+
+std::vector<zcrpc_md> MdOf(const Md &m)
+{
+	std::vector<zcrpc_md> v;
+	for (const auto &p : m)
+		v.push_back({p.first.data(), p.first.size(), p.second.data(), p.second.size()});
+	return v;
+}
+
+// Writes messages "<prefix><i>" for i in [*next, n) while the window lets
+// it; returns how many writes the window refused (0 or 1).
+int WriteSome(zcrpc_stream *s, const std::string &prefix, int *next, int n)
+{
+	while (*next < n) {
+		std::string m = prefix + std::to_string(*next);
+		zcrpc_status st = zcrpc_stream_write(s, m.data(), m.size());
+		if (st == ZCRPC_RESOURCE_EXHAUSTED)
+			return 1;
+		EXPECT_EQ(st, ZCRPC_OK) << zcrpc_status_str(st);
+		if (st != ZCRPC_OK)
+			return 0;
+		++*next;
+	}
+	return 0;
+}
+
+void UnaryEcho(zcrpc_server_call *c, const zcrpc_request *r, void *)
+{
+	zcrpc_server_call_reply(c, ZCRPC_OK, nullptr, r->data, r->len, nullptr);
+}
+
+// A server and a channel on one worker (one thread runs both).
+class Stream : public RdmaTest {
+protected:
+	void SetUp() override
+	{
+		RdmaTest::SetUp();
+		ASSERT_EQ(zcrpc_worker_create(nullptr, &w_), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_server_create(w_, nullptr, &srv_), ZCRPC_OK);
+	}
+	// Registers the stream method (with svc_'s behaviour), a unary echo,
+	// listens and makes the channel.
+	void Listen(const zcrpc_channel_opts *co = nullptr)
+	{
+		zcrpc_stream_handlers h = svc_.Handlers();
+		ASSERT_EQ(zcrpc_server_register_stream(srv_, kStream, &h), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_server_register(srv_, kUnary, UnaryEcho, nullptr), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_server_listen(srv_, env_.addr0.c_str(), "0"), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
+					       std::to_string(zcrpc_server_get_port(srv_)).c_str(),
+					       co, &ch_),
+			  ZCRPC_OK);
+	}
+	zcrpc_stream *Start(Seen &x, const zcrpc_stream_opts *o = nullptr,
+			    const char *method = kStream)
+	{
+		zcrpc_stream_handlers h = ClientHandlers(&x);
+		zcrpc_stream *s = nullptr;
+		EXPECT_EQ(zcrpc_stream_start(ch_, zcrpc_method_id(method), o, &h, &s), ZCRPC_OK);
+		x.s = s;
+		return s;
+	}
+	bool Until(const std::function<bool()> &f, int ms = 20000)
+	{
+		return ProgressUntil(w_, f, Scaled(ms));
+	}
+	// A unary echo through the same channel: true when it came back.
+	bool UnaryWorks()
+	{
+		struct R {
+			int n = 0;
+			zcrpc_status st = ZCRPC_UNKNOWN;
+			std::string data;
+		} r;
+		auto cb = [](zcrpc_channel *, const zcrpc_reply *rep, void *a) {
+			auto *rr = static_cast<R *>(a);
+			rr->n++;
+			rr->st = rep->status;
+			rr->data.assign(static_cast<const char *>(rep->data), rep->len);
+		};
+		if (zcrpc_call_async(ch_, zcrpc_method_id(kUnary), "ping", 4, nullptr, cb, &r,
+				     nullptr) != ZCRPC_OK)
+			return false;
+		return Until([&] { return r.n > 0; }) && r.st == ZCRPC_OK && r.data == "ping";
+	}
+	void TearDown() override
+	{
+		zcrpc_channel_destroy(ch_);
+		zcrpc_server_destroy(srv_);
+		zcrpc_worker_destroy(w_);
+	}
+	zcrpc_worker *w_ = nullptr;
+	zcrpc_server *srv_ = nullptr;
+	zcrpc_channel *ch_ = nullptr;
+	Service svc_;
+};
+
+} // namespace
+
+TEST_F(Stream, ServerStreamingSendsEveryMessageInOrderWithHeadersAndTrailers)
+{
+	// The request names how many messages to send back; the server writes
+	// them as its window allows, then finishes with trailing metadata.
+	struct State {
+		int next = 0, n = 0, refused = 0;
+	} st;
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		st.n = std::stoi(m);
+		Md h = {{"initial-key", "initial-value"}};
+		auto hv = MdOf(h);
+		EXPECT_EQ(zcrpc_stream_send_headers(x.s, hv.data(), hv.size()), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_stream_send_headers(x.s, hv.data(), hv.size()),
+			  ZCRPC_FAILED_PRECONDITION)
+			<< "headers go once";
+	};
+	auto pump = [&](Seen &x) {
+		st.refused += WriteSome(x.s, "m", &st.next, st.n);
+		if (st.next == st.n && x.half) {
+			Md t = {{"trailing-key", "trailing-value"}, {"count", std::to_string(st.n)}};
+			auto tv = MdOf(t);
+			EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, tv.data(), tv.size()),
+				  ZCRPC_OK);
+			EXPECT_EQ(zcrpc_stream_write(x.s, "late", 4), ZCRPC_FAILED_PRECONDITION);
+		}
+	};
+	svc_.on_half = pump;
+	svc_.on_writable = pump;
+	Listen();
+
+	Seen cl;
+	zcrpc_stream_opts o;
+	zcrpc_stream_opts_init(&o);
+	Md md = {{"client-key", "client-value"}};
+	auto mdv = MdOf(md);
+	o.md = mdv.data();
+	o.n_md = mdv.size();
+	o.timeout_us = 60 * 1000 * 1000;
+	zcrpc_stream *s = Start(cl, &o);
+	ASSERT_NE(s, nullptr);
+	ASSERT_EQ(zcrpc_stream_write(s, "1000", 4), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_stream_close_send(s), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_stream_close_send(s), ZCRPC_FAILED_PRECONDITION) << "a second half-close";
+	EXPECT_EQ(zcrpc_stream_write(s, "x", 1), ZCRPC_FAILED_PRECONDITION)
+		<< "a write after the half-close";
+	ASSERT_TRUE(Until([&] { return cl.finished; }, 60000));
+
+	EXPECT_EQ(cl.status, ZCRPC_OK) << cl.message;
+	ASSERT_EQ(cl.msgs.size(), 1000u);
+	for (int i = 0; i < 1000; i++)
+		ASSERT_EQ(cl.msgs[i], "m" + std::to_string(i)) << "message " << i;
+	EXPECT_TRUE(cl.got_headers);
+	EXPECT_EQ(cl.headers, (Md{{"initial-key", "initial-value"}}));
+	EXPECT_EQ(cl.trailers, (Md{{"trailing-key", "trailing-value"}, {"count", "1000"}}));
+	ASSERT_EQ(svc_.streams.size(), 1u);
+	const Seen &sv = *svc_.streams[0];
+	EXPECT_EQ(sv.open_md, md);
+	EXPECT_GT(sv.open_timeout_us, 0);
+	EXPECT_LE(sv.open_timeout_us, 60 * 1000 * 1000);
+	EXPECT_EQ(sv.msgs, (std::vector<std::string>{"1000"}));
+	EXPECT_TRUE(sv.half);
+	ASSERT_TRUE(Until([&] { return sv.finished; }));
+	EXPECT_EQ(sv.status, ZCRPC_OK);
+	// 1000 messages through a window of 16: the writer was held back and
+	// let go again, many times.
+	EXPECT_GT(st.refused, 1000 / int(ZCRPC_STREAM_WINDOW) - 2);
+	EXPECT_EQ(sv.writable, st.refused);
+}
+
+TEST_F(Stream, ClientStreamingAndABidirectionalPingPong)
+{
+	// Method behaviour by the first message: "sum" counts the bytes of
+	// every message until the half-close and answers once; "echo" echoes
+	// each message at once.
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		if (x.msgs.size() == 1)
+			return; // the mode
+		if (x.msgs[0] == "echo")
+			EXPECT_EQ(zcrpc_stream_write(x.s, m.data(), m.size()), ZCRPC_OK);
+	};
+	svc_.on_half = [&](Seen &x) {
+		if (x.msgs[0] == "sum") {
+			size_t bytes = 0;
+			for (size_t i = 1; i < x.msgs.size(); i++)
+				bytes += x.msgs[i].size();
+			std::string r = std::to_string(x.msgs.size() - 1) + "/" + std::to_string(bytes);
+			EXPECT_EQ(zcrpc_stream_write(x.s, r.data(), r.size()), ZCRPC_OK);
+		}
+		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	Listen();
+
+	// Client-streaming: 300 messages of growing size (up to the largest
+	// one a message carries), written as the window allows, then one answer.
+	Seen sum;
+	zcrpc_stream *s = Start(sum);
+	ASSERT_EQ(zcrpc_stream_write(s, "sum", 3), ZCRPC_OK);
+	const size_t max = zcrpc_stream_max_message(s);
+	ASSERT_GE(max, 4000u);
+	std::string big(max + 1, 'x');
+	EXPECT_EQ(zcrpc_stream_write(s, big.data(), big.size()), ZCRPC_INVALID_ARGUMENT);
+	int sent = 0, refused = 0;
+	size_t bytes = 0;
+	auto pump = [&](Seen &) {
+		while (sent < 300) {
+			size_t n = (size_t(sent) * 37) % (max + 1);
+			std::string m(n, char('a' + sent % 26));
+			zcrpc_status st = zcrpc_stream_write(s, m.data(), m.size());
+			if (st == ZCRPC_RESOURCE_EXHAUSTED) {
+				EXPECT_FALSE(zcrpc_stream_can_write(s));
+				refused++;
+				return;
+			}
+			ASSERT_EQ(st, ZCRPC_OK);
+			bytes += n;
+			sent++;
+		}
+		EXPECT_EQ(zcrpc_stream_close_send(s), ZCRPC_OK);
+	};
+	sum.on_writable = pump;
+	pump(sum);
+	ASSERT_TRUE(Until([&] { return sum.finished; }, 60000));
+	EXPECT_EQ(sum.status, ZCRPC_OK) << sum.message;
+	EXPECT_EQ(sum.msgs, (std::vector<std::string>{"300/" + std::to_string(bytes)}));
+	EXPECT_GT(refused, 0) << "300 messages went through a 16-message window";
+	ASSERT_EQ(svc_.streams.size(), 1u);
+	for (int i = 0; i < 300; i++) {
+		size_t n = (size_t(i) * 37) % (max + 1);
+		ASSERT_EQ(svc_.streams[0]->msgs[1 + i], std::string(n, char('a' + i % 26))) << i;
+	}
+
+	// Bidirectional ping-pong: each answer brings the next message; one
+	// empty message among them (an empty message is a message).
+	Seen pp;
+	zcrpc_stream *b = Start(pp);
+	ASSERT_EQ(zcrpc_stream_write(b, "echo", 4), ZCRPC_OK);
+	int round = 0;
+	pp.on_msg = [&](Seen &x, const std::string &m) {
+		EXPECT_EQ(m, round == 7 ? std::string() : "ping" + std::to_string(round));
+		if (++round == 200) {
+			EXPECT_EQ(zcrpc_stream_close_send(x.s), ZCRPC_OK);
+			return;
+		}
+		std::string next = round == 7 ? std::string() : "ping" + std::to_string(round);
+		EXPECT_EQ(zcrpc_stream_write(x.s, next.data(), next.size()), ZCRPC_OK);
+	};
+	ASSERT_EQ(zcrpc_stream_write(b, "ping0", 5), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return pp.finished; }, 60000));
+	EXPECT_EQ(pp.status, ZCRPC_OK) << pp.message;
+	EXPECT_EQ(round, 200);
+	EXPECT_EQ(pp.msgs.size(), 200u);
+}
+
+TEST_F(Stream, APausedReaderHoldsBackOnlyItsOwnWriter)
+{
+	// Both streams ask for 500 messages; the client pauses stream A. The
+	// server's writer of A stops at the window; B and unary calls go on.
+	struct W {
+		int next = 0;
+	};
+	std::vector<W> wr(2);
+	auto pump = [&](Seen &x) {
+		int i = x.open_md.empty() ? 0 : 1;
+		WriteSome(x.s, "m", &wr[i].next, 500);
+		if (wr[i].next == 500)
+			EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	svc_.on_open = pump;
+	svc_.on_writable = pump;
+	Listen();
+
+	Seen a, b;
+	zcrpc_stream *sa = Start(a);
+	zcrpc_stream_pause(sa);
+	zcrpc_stream_opts o;
+	zcrpc_stream_opts_init(&o);
+	Md tag = {{"stream", "b"}};
+	auto tv = MdOf(tag);
+	o.md = tv.data();
+	o.n_md = tv.size();
+	Start(b, &o);
+	ASSERT_TRUE(Until([&] { return b.finished; }, 60000));
+	EXPECT_EQ(b.status, ZCRPC_OK);
+	EXPECT_EQ(b.msgs.size(), 500u);
+	EXPECT_TRUE(UnaryWorks()) << "a unary call while A is paused";
+	// A's writer got exactly one window through and no more.
+	EXPECT_TRUE(a.msgs.empty());
+	EXPECT_EQ(wr[0].next, int(ZCRPC_STREAM_WINDOW));
+	EXPECT_FALSE(a.finished);
+
+	zcrpc_stream_resume(sa);
+	ASSERT_TRUE(Until([&] { return a.finished; }, 60000));
+	EXPECT_EQ(a.status, ZCRPC_OK) << a.message;
+	ASSERT_EQ(a.msgs.size(), 500u);
+	for (int i = 0; i < 500; i++)
+		ASSERT_EQ(a.msgs[i], "m" + std::to_string(i));
+
+	// Paused when the server's final status arrives: the messages before
+	// it are still handed over (after the resume), then on_finish.
+	wr[0].next = 0;
+	Seen c;
+	zcrpc_stream *sc = Start(c);
+	zcrpc_stream_pause(sc);
+	// Let the server write its window; it cannot finish (500 > 16), so
+	// finish it from here once the window is used up.
+	ASSERT_TRUE(Until([&] { return wr[0].next == int(ZCRPC_STREAM_WINDOW); }));
+	Seen *srv_c = svc_.streams.back().get();
+	ASSERT_EQ(zcrpc_stream_finish(srv_c->s, ZCRPC_ABORTED, "enough", nullptr, 0), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return srv_c->finished; }));
+	EXPECT_FALSE(Until([&] { return c.finished; }, 300)) << "finished while paused";
+	zcrpc_stream_resume(sc);
+	ASSERT_TRUE(Until([&] { return c.finished; }));
+	EXPECT_EQ(c.status, ZCRPC_ABORTED);
+	EXPECT_EQ(c.message, "enough");
+	EXPECT_EQ(c.msgs.size(), size_t(ZCRPC_STREAM_WINDOW));
+}
+
+TEST_F(Stream, CancelFromEitherSideAndTheDeadlineCoversTheWholeStream)
+{
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		if (m == "cancel-me")
+			EXPECT_EQ(zcrpc_stream_cancel(x.s), ZCRPC_OK);
+		else
+			EXPECT_EQ(zcrpc_stream_write(x.s, m.data(), m.size()), ZCRPC_OK);
+	};
+	Listen();
+
+	// The client cancels: its on_finish reads CANCELLED, the server's too.
+	Seen a;
+	zcrpc_stream *sa = Start(a);
+	ASSERT_EQ(zcrpc_stream_write(sa, "hello", 5), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return a.msgs.size() == 1; }));
+	ASSERT_EQ(zcrpc_stream_cancel(sa), ZCRPC_OK);
+	EXPECT_FALSE(a.finished) << "on_finish ran inside zcrpc_stream_cancel";
+	EXPECT_EQ(zcrpc_stream_cancel(sa), ZCRPC_NOT_FOUND);
+	EXPECT_EQ(zcrpc_stream_write(sa, "x", 1), ZCRPC_FAILED_PRECONDITION);
+	ASSERT_TRUE(Until([&] { return a.finished && svc_.streams[0]->finished; }));
+	EXPECT_EQ(a.status, ZCRPC_CANCELLED);
+	EXPECT_EQ(svc_.streams[0]->status, ZCRPC_CANCELLED);
+	EXPECT_EQ(svc_.streams[0]->message, "cancelled by the client");
+
+	// The server cancels.
+	Seen b;
+	zcrpc_stream *sb = Start(b);
+	ASSERT_EQ(zcrpc_stream_write(sb, "cancel-me", 9), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return b.finished; }));
+	EXPECT_EQ(b.status, ZCRPC_CANCELLED);
+	EXPECT_EQ(b.message, "cancelled by the server");
+
+	// A deadline of 300 ms over a stream that keeps exchanging messages:
+	// it ends DEADLINE_EXCEEDED on both sides though every message was
+	// answered.
+	Seen c;
+	zcrpc_stream_opts o;
+	zcrpc_stream_opts_init(&o);
+	o.timeout_us = 300 * 1000;
+	zcrpc_stream *s = Start(c, &o);
+	c.on_msg = [&](Seen &x, const std::string &m) {
+		zcrpc_stream_write(x.s, m.data(), m.size());
+	};
+	ASSERT_EQ(zcrpc_stream_write(s, "tick", 4), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return c.finished; }));
+	EXPECT_EQ(c.status, ZCRPC_DEADLINE_EXCEEDED);
+	EXPECT_GT(c.msgs.size(), 1u) << "the stream was alive until its deadline";
+	Seen *sv = svc_.streams.back().get();
+	ASSERT_TRUE(Until([&] { return sv->finished; }));
+	// The server's clock started at arrival: the client's deadline comes
+	// first and its CANCEL usually ends the server's side.
+	EXPECT_TRUE(sv->status == ZCRPC_CANCELLED || sv->status == ZCRPC_DEADLINE_EXCEEDED)
+		<< zcrpc_status_str(sv->status);
+	EXPECT_TRUE(UnaryWorks()) << "the connection outlived its streams";
+}
+
+TEST_F(Stream, MethodKindsAreKeptApartAndUnknownMethodsAreUnimplemented)
+{
+	Listen();
+	// A stream of a unary method, of an unknown one.
+	Seen a, b;
+	Start(a, nullptr, kUnary);
+	Start(b, nullptr, "/zcrpc.test.Stream/Nope");
+	ASSERT_TRUE(Until([&] { return a.finished && b.finished; }));
+	EXPECT_EQ(a.status, ZCRPC_UNIMPLEMENTED);
+	EXPECT_NE(a.message.find("not a streaming method"), std::string::npos) << a.message;
+	EXPECT_EQ(b.status, ZCRPC_UNIMPLEMENTED);
+	EXPECT_NE(b.message.find("unknown method"), std::string::npos) << b.message;
+	// A unary call of the streaming method.
+	struct R {
+		int n = 0;
+		zcrpc_status st = ZCRPC_OK;
+		std::string msg;
+	} r;
+	auto cb = [](zcrpc_channel *, const zcrpc_reply *rep, void *arg) {
+		auto *rr = static_cast<R *>(arg);
+		rr->n++;
+		rr->st = rep->status;
+		rr->msg = rep->message;
+	};
+	ASSERT_EQ(zcrpc_call_async(ch_, zcrpc_method_id(kStream), "x", 1, nullptr, cb, &r, nullptr),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return r.n > 0; }));
+	EXPECT_EQ(r.st, ZCRPC_UNIMPLEMENTED);
+	EXPECT_NE(r.msg.find("is a streaming method"), std::string::npos) << r.msg;
+	EXPECT_TRUE(svc_.streams.empty());
+	EXPECT_TRUE(UnaryWorks());
+
+	// Bad arguments.
+	zcrpc_stream *s = nullptr;
+	zcrpc_stream_handlers h{};
+	h.size = sizeof(h);
+	EXPECT_EQ(zcrpc_stream_start(ch_, 1, nullptr, &h, &s), ZCRPC_INVALID_ARGUMENT)
+		<< "no on_finish";
+	h.on_finish = CFinish;
+	EXPECT_EQ(zcrpc_stream_start(nullptr, 1, nullptr, &h, &s), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_stream_start(ch_, 1, nullptr, nullptr, &s), ZCRPC_INVALID_ARGUMENT);
+	zcrpc_stream_handlers sh{};
+	sh.size = sizeof(sh);
+	sh.on_finish = CFinish;
+	EXPECT_EQ(zcrpc_server_register_stream(srv_, "/x.Y/Z", &sh), ZCRPC_INVALID_ARGUMENT)
+		<< "no on_open";
+	EXPECT_EQ(zcrpc_stream_write(nullptr, "x", 1), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_stream_cancel(nullptr), ZCRPC_NOT_FOUND);
+}
+
+TEST_F(Stream, ALostServerEndsItsStreamsUnavailableAndADestroyedChannelCancelsThem)
+{
+	Listen();
+	Seen a;
+	zcrpc_stream *sa = Start(a);
+	ASSERT_EQ(zcrpc_stream_write(sa, "hi", 2), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return svc_.streams.size() == 1 && svc_.streams[0]->msgs.size() == 1; }));
+	// The channel goes: the client's stream ends CANCELLED inside the
+	// destroy (on_finish always runs), the server's UNAVAILABLE when the
+	// connection closes.
+	zcrpc_channel_destroy(ch_);
+	ch_ = nullptr;
+	EXPECT_TRUE(a.finished);
+	EXPECT_EQ(a.status, ZCRPC_CANCELLED);
+	ASSERT_TRUE(Until([&] { return svc_.streams[0]->finished; }));
+	EXPECT_EQ(svc_.streams[0]->status, ZCRPC_UNAVAILABLE);
+
+	// The server goes while a stream is open: the client's ends UNAVAILABLE.
+	ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
+				       std::to_string(zcrpc_server_get_port(srv_)).c_str(), nullptr,
+				       &ch_),
+		  ZCRPC_OK);
+	Seen b;
+	zcrpc_stream *sb = Start(b);
+	ASSERT_EQ(zcrpc_stream_write(sb, "hi", 2), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return svc_.streams.size() == 2 && svc_.streams[1]->msgs.size() == 1; }));
+	zcrpc_server_destroy(srv_);
+	srv_ = nullptr;
+	EXPECT_TRUE(svc_.streams[1]->finished) << "on_finish runs inside the server's destroy";
+	ASSERT_TRUE(Until([&] { return b.finished; }));
+	EXPECT_EQ(b.status, ZCRPC_UNAVAILABLE) << b.message;
+}
