@@ -534,7 +534,10 @@ ZCRPC_API uint16_t zcrpc_server_get_port(const zcrpc_server *s);
  * left), DEADLINE_EXCEEDED when the grace period cut calls short: those
  * calls are then cancelled (zcrpc_server_call_cancelled() says so, from
  * any thread) and still need their reply (it frees them) before
- * zcrpc_server_destroy(). Not from inside a callback.
+ * zcrpc_server_destroy(). Open streams (zcrpc/stream.h) count as calls:
+ * the application may finish them within the grace; those left end
+ * UNAVAILABLE with their connections (DEADLINE_EXCEEDED is returned).
+ * Not from inside a callback.
  * Threading: on the (home) worker's thread. A server on several workers
  * drains all of them: every worker's thread must keep progressing it
  * meanwhile (the call progresses the home worker). While

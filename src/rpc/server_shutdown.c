@@ -17,8 +17,8 @@ int zcrpc__server_busy(const zcrpc_server *s)
 {
 	const struct zcrpc__list *n;
 
-	if (zcrpc__call_table_used(&s->calls))
-		return 1;
+	if (zcrpc__call_table_used(&s->calls) || !zcrpc__list_empty(&s->streams))
+		return 1; /* calls, or streams not finished (and freed) yet */
 	/* Replies (or other frames) still queued behind credits or pool
 	 * slots: a call that was answered is not done until its reply
 	 * left. */

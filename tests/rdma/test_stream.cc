@@ -615,3 +615,49 @@ TEST_F(Stream, ALostServerEndsItsStreamsUnavailableAndADestroyedChannelCancelsTh
 	ASSERT_TRUE(Until([&] { return b.finished; }));
 	EXPECT_EQ(b.status, ZCRPC_UNAVAILABLE) << b.message;
 }
+
+TEST_F(Stream, AGracefulShutdownWaitsForOpenStreamsWithinItsGrace)
+{
+	// The handler finishes a stream when the client half-closes; a second
+	// stream is never finished by the server.
+	svc_.on_half = [&](Seen &x) {
+		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	Listen();
+	Seen a;
+	zcrpc_stream *sa = Start(a);
+	ASSERT_EQ(zcrpc_stream_write(sa, "x", 1), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return svc_.streams.size() == 1 && svc_.streams[0]->msgs.size() == 1; }));
+	// While shutting down (it progresses the worker itself), the client
+	// half-closes from a timer of its own: the posted function runs inside
+	// the shutdown's progress.
+	ASSERT_EQ(zcrpc_worker_post(
+			  w_, [](zcrpc_worker *, void *arg) {
+				  EXPECT_EQ(zcrpc_stream_close_send(static_cast<zcrpc_stream *>(arg)),
+					    ZCRPC_OK);
+			  },
+			  sa),
+		  ZCRPC_OK);
+	EXPECT_EQ(zcrpc_server_shutdown(srv_, 5000), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return a.finished; }));
+	EXPECT_EQ(a.status, ZCRPC_OK) << "the open stream finished within the grace";
+	EXPECT_TRUE(svc_.streams[0]->finished);
+}
+
+TEST_F(Stream, AShutdownWhoseGraceRunsOutEndsTheStreamsLeftUnavailable)
+{
+	Listen();
+	Seen a;
+	zcrpc_stream *sa = Start(a);
+	ASSERT_EQ(zcrpc_stream_write(sa, "x", 1), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return svc_.streams.size() == 1 && svc_.streams[0]->msgs.size() == 1; }));
+	EXPECT_EQ(zcrpc_server_shutdown(srv_, 300), ZCRPC_DEADLINE_EXCEEDED);
+	ASSERT_TRUE(Until([&] { return a.finished && svc_.streams[0]->finished; }));
+	EXPECT_EQ(a.status, ZCRPC_UNAVAILABLE) << a.message;
+	EXPECT_EQ(svc_.streams[0]->status, ZCRPC_UNAVAILABLE);
+	// A new stream after the shutdown cannot reach the server.
+	Seen b;
+	Start(b);
+	ASSERT_TRUE(Until([&] { return b.finished; }));
+	EXPECT_EQ(b.status, ZCRPC_UNAVAILABLE) << b.message;
+}
