@@ -21,8 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
 
 REQUEST, REPLY, CANCEL, GOAWAY, GRANT = 1, 2, 3, 4, 5
+MESSAGE, WINDOW, HEADERS, HALF_CLOSE = 6, 7, 8, 9  # streams (protocol.md §8)
 F_BULK = 1
 F_PAYLOAD_IN_BULK = 2
+F_STREAM = 4
 MD_MAX_LEN = 2048
 BULK_MAX = 1 << 32
 
@@ -66,10 +68,10 @@ def seeds():
     s["ok-request-payload"] = frame(REQUEST, payload=b"hello", method=m_echo)
     s["ok-request-md-payload"] = frame(REQUEST, one, b"\x08\x96\x01", method=m_echo)
     s["ok-request-bulk"] = frame(REQUEST, one, b"x", flags=F_BULK, method=m_echo,
-                                 addr=0x7F0000001000, blen=1 << 20, rkey=0x1234, token=7)
+                                 blen=1 << 20)
     s["ok-request-bulk-4gib"] = frame(REQUEST, flags=F_BULK, blen=BULK_MAX)
     s["ok-request-payload-in-bulk"] = frame(REQUEST, one, flags=F_BULK | F_PAYLOAD_IN_BULK,
-                                            addr=0x2000, blen=1 << 24, rkey=5, token=6)
+                                            blen=1 << 24)
     s["ok-reply-payload-in-bulk"] = frame(REPLY, flags=F_BULK | F_PAYLOAD_IN_BULK, blen=100)
     s["ok-request-md-16-pairs"] = frame(REQUEST, sixteen, b"p")
     s["ok-request-md-at-limit"] = frame(REQUEST, full)
@@ -77,7 +79,8 @@ def seeds():
     s["ok-reply-md-payload"] = frame(REPLY, auth, b"\x00\x01\x02", status=0)
     s["ok-reply-status-16"] = frame(REPLY, status=16)
     s["ok-reply-status-5"] = frame(REPLY, one, status=5)
-    s["ok-reply-bulk"] = frame(REPLY, flags=F_BULK, addr=0x1000, blen=4096, rkey=3, token=9)
+    s["ok-reply-bulk"] = frame(REPLY, flags=F_BULK, blen=4096, token=9)
+    # (the address and key belong to grants only: these were refused)
     s["ok-cancel"] = frame(CANCEL, call_id=42)
     s["ok-cancel-md"] = frame(CANCEL, one, call_id=42)
     s["ok-goaway"] = frame(GOAWAY, call_id=0)
@@ -85,6 +88,16 @@ def seeds():
     s["ok-grant"] = frame(GRANT, addr=0x7F0000200000, blen=65536, rkey=0xABCD, token=11)
     s["ok-grant-top"] = frame(GRANT, addr=(1 << 64) - 4097, blen=4096)
     s["ok-grant-4gib"] = frame(GRANT, addr=0x100000000, blen=BULK_MAX)
+    # --- streams (docs/protocol.md §8) ------------------------------------
+    s["ok-stream-open"] = frame(REQUEST, flags=F_STREAM, method=m_echo, deadline=1000000)
+    s["ok-stream-open-md"] = frame(REQUEST, auth, flags=F_STREAM, method=m_echo)
+    s["ok-stream-message"] = frame(MESSAGE, payload=b"\x08\x01", call_id=0x100001)
+    s["ok-stream-message-empty"] = frame(MESSAGE, call_id=0x100001)
+    s["ok-stream-window"] = frame(WINDOW, call_id=0x100001, res12=8)
+    s["ok-stream-headers"] = frame(HEADERS, one, call_id=0x100001)
+    s["ok-stream-half-close"] = frame(HALF_CLOSE, call_id=0x100001)
+    s["ok-stream-end"] = frame(REPLY, auth, b"not found", flags=F_STREAM, status=5)
+    s["ok-stream-cancel"] = frame(CANCEL, flags=F_STREAM, call_id=0x100001)
     # --- one rejection each -----------------------------------------------
     s["bad-empty"] = b""
     s["bad-short-63"] = frame(REQUEST)[:63]
@@ -93,9 +106,9 @@ def seeds():
     s["bad-version-0"] = frame(REQUEST, version=0)
     s["bad-version-2"] = frame(REQUEST, version=2)
     s["bad-type-0"] = frame(0)
-    s["bad-type-6"] = frame(6)
+    s["bad-type-10"] = frame(10)
     s["bad-flags"] = frame(REQUEST, flags=0x8001, blen=1)
-    s["bad-flags-4"] = frame(REQUEST, flags=0x4, blen=1)
+    s["bad-flags-8"] = frame(REQUEST, flags=0x8, blen=1)
     s["bad-reserved-12"] = frame(REQUEST, res12=1)
     s["bad-reserved-56"] = frame(REQUEST, res56=1 << 63)
     s["bad-len-beyond"] = frame(REQUEST, one, b"abc", payload_len=4)
@@ -123,6 +136,17 @@ def seeds():
     s["bad-grant-empty"] = frame(GRANT, addr=0x1000, blen=0)
     s["bad-grant-body"] = frame(GRANT, payload=b"x", addr=0x1000, blen=16)
     s["bad-grant-md"] = frame(GRANT, one, addr=0x1000, blen=16)
+    s["bad-stream-window-0"] = frame(WINDOW, call_id=0x100001)
+    s["bad-stream-window-on-message"] = frame(MESSAGE, b"", b"x", res12=4)
+    s["bad-stream-window-body"] = frame(WINDOW, b"", b"x", res12=4)
+    s["bad-stream-message-md"] = frame(MESSAGE, one, b"x")
+    s["bad-stream-headers-payload"] = frame(HEADERS, one, b"x")
+    s["bad-stream-half-close-body"] = frame(HALF_CLOSE, one)
+    s["bad-stream-flag-on-goaway"] = frame(GOAWAY, flags=F_STREAM)
+    s["bad-stream-flag-on-message"] = frame(MESSAGE, flags=F_STREAM)
+    s["bad-stream-open-payload"] = frame(REQUEST, b"", b"x", flags=F_STREAM, method=m_echo)
+    s["bad-stream-bulk"] = frame(REPLY, flags=F_STREAM | F_BULK, blen=4096)
+    s["bad-stream-message-bulk"] = frame(MESSAGE, flags=F_BULK, blen=4096)
     # Bare metadata: the fuzzer also runs zcrpc__md_decode on the raw input.
     s["md-raw-pairs"] = auth
     s["md-raw-sixteen"] = sixteen
