@@ -184,8 +184,12 @@ typedef struct zcrpc_reply {
 	size_t len;
 	const void *attachment;	 /**< reply attachment, if any */
 	size_t attachment_len;
-	const zcrpc_md *md;	 /**< reply metadata */
+	const zcrpc_md *md;	 /**< reply metadata: the server's trailing metadata */
 	size_t n_md;
+	/** The server's initial metadata (zcrpc_reply_opts.initial_md);
+	 * none from a server that sent only one list. */
+	const zcrpc_md *initial_md;
+	size_t n_initial_md;
 	/* New fields go here. */
 } zcrpc_reply;
 
@@ -240,6 +244,13 @@ typedef struct zcrpc_result {
 	size_t len;
 	void *attachment; /**< reply attachment (heap copy unless reply_into was given) */
 	size_t attachment_len;
+	/** The server's trailing and initial metadata (zcrpc_reply's), heap
+	 * copies owned by the result (keys and values inside the same
+	 * allocation); NULL when none. */
+	zcrpc_md *md;
+	size_t n_md;
+	zcrpc_md *initial_md;
+	size_t n_initial_md;
 	/* New fields go here (filled, and owned memory allocated, only when
 	 * @size covers them). */
 } zcrpc_result;
@@ -559,11 +570,15 @@ ZCRPC_API void zcrpc_server_destroy(zcrpc_server *s);
 /** Reply settings: zero them and set @size to sizeof(zcrpc_reply_opts). */
 typedef struct zcrpc_reply_opts {
 	size_t size;		       /**< sizeof(zcrpc_reply_opts) */
-	const zcrpc_md *md;	       /**< reply metadata (copied) */
+	const zcrpc_md *md;	       /**< reply metadata: trailing metadata (copied) */
 	size_t n_md;
 	const zcrpc_bulk *attachment; /**< sent in place; unchanged until on_done */
 	void (*on_done)(void *ctx, zcrpc_status st); /**< the reply left (or could not); may be NULL */
 	void *ctx;
+	/** The server's initial metadata (copied), sent with the reply ahead
+	 * of @md; together at most 16 pairs and 2 KiB. */
+	const zcrpc_md *initial_md;
+	size_t n_initial_md;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_reply_opts;
 

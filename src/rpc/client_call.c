@@ -121,7 +121,12 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 	r = (zcrpc_reply){.size = sizeof(r)}; /* as zcrpc__abi_sized_init */
 	r.status = (zcrpc_status)f->status;
 	r.n_md = zcrpc__md_view(f, md);
-	r.md = md;
+	/* The first f->count pairs are the server's initial metadata (the
+	 * decoder checked there are that many), the rest trailing. */
+	r.initial_md = f->count ? md : NULL;
+	r.n_initial_md = f->count;
+	r.n_md -= f->count;
+	r.md = r.n_md ? md + f->count : NULL;
 	r.message = "";
 	if (r.status != ZCRPC_OK) {
 		size_t n = f->payload_len < 1024 ? f->payload_len : 1024;

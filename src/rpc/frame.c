@@ -28,7 +28,7 @@ void zcrpc__frame_encode(const struct zcrpc_frame *f, uint8_t *b)
 	zcrpc__put_le16(b + 4, f->flags);
 	zcrpc__put_le16(b + 6, f->md_len);
 	zcrpc__put_le32(b + 8, f->call_id);
-	zcrpc__put_le32(b + 12, f->window);
+	zcrpc__put_le32(b + 12, f->count);
 	zcrpc__put_le32(b + 16, f->method_id);
 	zcrpc__put_le32(b + 20, f->status);
 	zcrpc__put_le32(b + 24, f->payload_len);
@@ -54,6 +54,7 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	const uint8_t *b = data;
 	struct zcrpc_md_view md[ZCRPC_MD_MAX_PAIRS];
 	size_t body;
+	int pairs;
 
 	if (!b && len)
 		return bad(why, why_len, "no frame");
@@ -68,7 +69,7 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	f->flags = zcrpc__get_le16(b + 4);
 	f->md_len = zcrpc__get_le16(b + 6);
 	f->call_id = zcrpc__get_le32(b + 8);
-	f->window = zcrpc__get_le32(b + 12);
+	f->count = zcrpc__get_le32(b + 12);
 	f->method_id = zcrpc__get_le32(b + 16);
 	f->status = zcrpc__get_le32(b + 20);
 	f->payload_len = zcrpc__get_le32(b + 24);
@@ -84,10 +85,11 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 		return bad(why, why_len, "unknown frame flags 0x%x", f->flags);
 	if (get64(b + 56))
 		return bad(why, why_len, "reserved frame fields are not zero");
-	if (f->type == ZCRPC_FRAME_WINDOW ? !f->window : f->window != 0)
-		return bad(why, why_len, f->window ? "window increment on a frame of type %u"
-						   : "window frame adding no messages",
-			   f->type);
+	if (f->type == ZCRPC_FRAME_WINDOW && !f->count)
+		return bad(why, why_len, "window frame adding no messages");
+	if (f->count && f->type != ZCRPC_FRAME_WINDOW &&
+	    (f->type != ZCRPC_FRAME_REPLY || (f->flags & ZCRPC_FRAME_F_STREAM)))
+		return bad(why, why_len, "count field on a frame of type %u", f->type);
 	body = len - ZCRPC_FRAME_HDR_LEN;
 	if ((uint64_t)f->md_len + f->payload_len != (uint64_t)body)
 		return bad(why, why_len,
@@ -98,8 +100,12 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 			   ZCRPC_MD_MAX_LEN);
 	f->md = b + ZCRPC_FRAME_HDR_LEN;
 	f->payload = f->md + f->md_len;
-	if (f->md_len && zcrpc__md_decode(f->md, f->md_len, md) < 0)
+	pairs = f->md_len ? zcrpc__md_decode(f->md, f->md_len, md) : 0;
+	if (pairs < 0)
 		return bad(why, why_len, "malformed metadata");
+	if (f->type == ZCRPC_FRAME_REPLY && f->count > (uint32_t)pairs)
+		return bad(why, why_len, "reply names %u initial metadata pairs of %d",
+			   (unsigned)f->count, pairs);
 	if (f->type == ZCRPC_FRAME_REPLY && f->status >= ZCRPC_STATUS_COUNT)
 		return bad(why, why_len, "reply status %u is not a status code",
 			   (unsigned)f->status);

@@ -12,7 +12,7 @@
  *  +-------------------------------+-------------------------------+
  *  |                          call id                              |  8
  *  +---------------------------------------------------------------+
- *  |        window increment (WINDOW), else reserved (0)           | 12
+ *  |  count: WINDOW's messages, a REPLY's initial md pairs; else 0 | 12
  *  +---------------------------------------------------------------+
  *  |                         method id                             | 16
  *  +---------------------------------------------------------------+
@@ -89,7 +89,9 @@ struct zcrpc_frame {
 	uint16_t flags;
 	uint16_t md_len;
 	uint32_t call_id;
-	uint32_t window; /* WINDOW: messages added (>= 1); else 0 */
+	uint32_t count; /* WINDOW: messages added (>= 1); a unary REPLY: how
+			 * many of its metadata pairs, first, are the server's
+			 * initial metadata (the rest trailing); else 0 */
 	uint32_t method_id;
 	uint32_t status;
 	uint32_t payload_len;

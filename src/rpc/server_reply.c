@@ -183,6 +183,8 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	zcrpc_reply_opts ro;
 	struct zcrpc_frame f;
 	struct zcrpc__out out;
+	zcrpc_md all[ZCRPC_MD_MAX_PAIRS]; /* initial, then trailing */
+	size_t n_initial;
 	zcrpc_status st;
 
 	if (!c || c->state != SS_RUNNING)
@@ -190,6 +192,19 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	ro = reply_opts_default; /* what zcrpc_reply_opts_init gives */
 	if (o && ZCRPC__ABI_IN(&ro, o, ZCRPC__MIN_REPLY_OPTS) != ZCRPC_OK)
 		return reply_invalid(c);
+	/* One metadata area: the initial pairs first, counted in the frame
+	 * (docs/protocol.md §7). */
+	n_initial = ro.n_initial_md;
+	if (n_initial) {
+		if (!ro.initial_md || n_initial + ro.n_md > ZCRPC_MD_MAX_PAIRS ||
+		    (ro.n_md && !ro.md))
+			return reply_invalid(c);
+		memcpy(all, ro.initial_md, n_initial * sizeof(all[0]));
+		if (ro.n_md)
+			memcpy(all + n_initial, ro.md, ro.n_md * sizeof(all[0]));
+		ro.md = all;
+		ro.n_md += n_initial;
+	}
 	s = c->s;
 	sc = c->sc;
 	if ((unsigned)status >= ZCRPC_STATUS_COUNT) {
@@ -208,6 +223,7 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	f.type = ZCRPC_FRAME_REPLY;
 	f.call_id = c->client_ref;
 	f.status = (uint32_t)status;
+	f.count = (uint32_t)n_initial;
 	if (status != ZCRPC_OK) {
 		/* Errors carry their message as the payload. */
 		data = message ? message : "";

@@ -85,7 +85,7 @@ static void give_window(zcrpc_stream *s, int all)
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_WINDOW;
 	f.call_id = s->ref;
-	f.window = s->consumed;
+	f.count = s->consumed;
 	if (zcrpc__out_build(s->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out) !=
 	    ZCRPC_OK) {
 		/* No pool slot: the writer waits a little longer. */
@@ -142,9 +142,9 @@ void zcrpc__stream_on_window(zcrpc_stream *s, const struct zcrpc_frame *f)
 {
 	int was_closed = !s->send_window;
 
-	s->send_window = s->send_window + f->window > WINDOW_CAP
+	s->send_window = s->send_window + f->count > WINDOW_CAP
 				 ? WINDOW_CAP
-				 : s->send_window + f->window;
+				 : s->send_window + f->count;
 	if (was_closed && s->wanted_write && !s->ended) {
 		s->wanted_write = 0;
 		if (s->h.on_writable)

@@ -284,7 +284,6 @@ static void on_end(zcrpc_stream *s, const struct zcrpc_frame *f)
  * server is told; the connection and its other calls stay. */
 static void server_broke(zcrpc_stream *s, const char *why)
 {
-	s->ch->st.protocol_errors++;
 	end_local(s, ZCRPC_INTERNAL, why);
 }
 

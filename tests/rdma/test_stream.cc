@@ -5,6 +5,7 @@
 // stream, a lost server, and clients that break a stream's rules (each
 // loses only that stream). Client and server share one worker here, so
 // every callback runs on the test's thread.
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -660,4 +661,84 @@ TEST_F(Stream, AShutdownWhoseGraceRunsOutEndsTheStreamsLeftUnavailable)
 	Start(b);
 	ASSERT_TRUE(Until([&] { return b.finished; }));
 	EXPECT_EQ(b.status, ZCRPC_UNAVAILABLE) << b.message;
+}
+
+// Unary calls carry initial and trailing metadata apart (docs/protocol.md
+// §7): the async reply shows both, the synchronous result holds copies.
+TEST_F(Stream, UnaryRepliesCarryInitialAndTrailingMetadataApart)
+{
+	const char *kMd = "/zcrpc.test.Stream/Md";
+	ASSERT_EQ(zcrpc_server_register(
+			  srv_, kMd,
+			  [](zcrpc_server_call *c, const zcrpc_request *r, void *) {
+				  // Echo the request's metadata as initial, add a trailer.
+				  std::vector<zcrpc_md> init(r->md, r->md + r->n_md);
+				  static const char tk[] = "x-trailer", tv[] = "t-value";
+				  zcrpc_md trail[] = {{tk, sizeof(tk) - 1, tv, sizeof(tv) - 1}};
+				  zcrpc_reply_opts o;
+				  zcrpc_reply_opts_init(&o);
+				  o.initial_md = init.data();
+				  o.n_initial_md = init.size();
+				  o.md = trail;
+				  o.n_md = 1;
+				  std::string m(static_cast<const char *>(r->data), r->len);
+				  EXPECT_EQ(zcrpc_server_call_reply(c, m == "fail" ? ZCRPC_ABORTED : ZCRPC_OK,
+								    "failed on purpose", r->data, r->len,
+								    &o),
+					    ZCRPC_OK);
+			  },
+			  nullptr),
+		  ZCRPC_OK);
+	Listen();
+	Md req_md = {{"x-initial", "i-value"}, {"x-two", ""}};
+	auto rv = MdOf(req_md);
+	zcrpc_call_opts co;
+	zcrpc_call_opts_init(&co);
+	co.md = rv.data();
+	co.n_md = rv.size();
+
+	struct R {
+		int n = 0;
+		zcrpc_status st = ZCRPC_UNKNOWN;
+		Md initial, trailing;
+	};
+	auto cb = [](zcrpc_channel *, const zcrpc_reply *rep, void *a) {
+		auto *r = static_cast<R *>(a);
+		r->n++;
+		r->st = rep->status;
+		ASSERT_TRUE(ZCRPC_VIEW_HAS(rep, zcrpc_reply, n_initial_md));
+		r->initial = CopyMd(rep->initial_md, rep->n_initial_md);
+		r->trailing = CopyMd(rep->md, rep->n_md);
+	};
+	for (const char *what : {"ok", "fail"}) {
+		R r;
+		ASSERT_EQ(zcrpc_call_async(ch_, zcrpc_method_id(kMd), what, strlen(what), &co, cb, &r,
+					   nullptr),
+			  ZCRPC_OK);
+		ASSERT_TRUE(Until([&] { return r.n > 0; }));
+		EXPECT_EQ(r.st, std::string(what) == "ok" ? ZCRPC_OK : ZCRPC_ABORTED);
+		EXPECT_EQ(r.initial, req_md) << what;
+		EXPECT_EQ(r.trailing, (Md{{"x-trailer", "t-value"}})) << what;
+	}
+	// Synchronous: heap copies in the result, freed by zcrpc_result_free.
+	// zcrpc_call progresses the worker, which also runs the server here.
+	zcrpc_result res;
+	ASSERT_EQ(zcrpc_call(ch_, zcrpc_method_id(kMd), "ok", 2, &co, &res, sizeof(res)), ZCRPC_OK);
+	EXPECT_EQ(CopyMd(res.initial_md, res.n_initial_md), req_md);
+	EXPECT_EQ(CopyMd(res.md, res.n_md), (Md{{"x-trailer", "t-value"}}));
+	zcrpc_result_free(&res);
+	// A caller built before the metadata fields: they are neither written
+	// nor freed (its struct ends before them).
+	struct Old {
+		zcrpc_result r;
+		char guard[64];
+	} old;
+	std::memset(&old, 0x5a, sizeof(old));
+	const size_t old_size = offsetof(zcrpc_result, md);
+	ASSERT_EQ(zcrpc_call(ch_, zcrpc_method_id(kMd), "ok", 2, &co, &old.r, old_size), ZCRPC_OK);
+	EXPECT_EQ(old.r.size, old_size);
+	const unsigned char *tail = reinterpret_cast<const unsigned char *>(&old.r) + old_size;
+	for (size_t k = 0; k < sizeof(zcrpc_result) - old_size; k++)
+		ASSERT_EQ(tail[k], 0x5a) << "byte " << k << " past the old struct was written";
+	zcrpc_result_free(&old.r);
 }

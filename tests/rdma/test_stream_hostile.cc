@@ -49,7 +49,7 @@ struct RawPeer {
 			zcrpc_frame f;
 			char why[128];
 			ASSERT_EQ(zcrpc__frame_decode(d, n, &f, why, sizeof(why)), ZCRPC_OK) << why;
-			p->got.push_back({f.type, f.flags, f.call_id, f.status, f.window,
+			p->got.push_back({f.type, f.flags, f.call_id, f.status, f.count,
 					  std::string(reinterpret_cast<const char *>(f.payload),
 						      f.payload_len)});
 		};
@@ -64,7 +64,7 @@ struct RawPeer {
 		f.flags = flags;
 		f.call_id = ref;
 		f.method_id = method;
-		f.window = window;
+		f.count = window;
 		f.payload_len = static_cast<uint32_t>(payload.size());
 		std::vector<uint8_t> b(ZCRPC_FRAME_HDR_LEN);
 		zcrpc__frame_encode(&f, b.data());

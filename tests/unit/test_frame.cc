@@ -347,15 +347,39 @@ TEST(FrameReject, NonZeroReservedFields)
 		ExpectReject(buf, "reserved");
 	}
 	for (uint8_t t = ZCRPC_FRAME_REQUEST; t <= ZCRPC_FRAME_TYPE_MAX; t++) {
-		if (t == ZCRPC_FRAME_WINDOW)
+		if (t == ZCRPC_FRAME_WINDOW || t == ZCRPC_FRAME_REPLY)
 			continue;
 		for (size_t off : {12, 13, 14, 15}) {
 			auto buf = BuildFitting(Sample(t));
 			buf[off] = 1;
 			SCOPED_TRACE("type " + std::to_string(t) + " offset " + std::to_string(off));
-			ExpectReject(buf, "window increment on a frame");
+			ExpectReject(buf, "count field on a frame");
 		}
 	}
+}
+
+// A unary REPLY's count names its first metadata pairs as the server's
+// initial metadata: at most all of them, never on a stream's end.
+TEST(FrameReply, InitialMetadataCountIsWithinItsPairs)
+{
+	const auto md = EncodeMd({{"i", "1"}, {"t", "2"}});
+	zcrpc_frame f = Sample(ZCRPC_FRAME_REPLY);
+	f.status = 0;
+	for (uint32_t c : {0u, 1u, 2u}) {
+		f.count = c;
+		auto buf = BuildFitting(f, md);
+		zcrpc_frame out{};
+		char why[256] = "";
+		ASSERT_EQ(zcrpc__frame_decode(buf.data(), buf.size(), &out, why, sizeof(why)), ZCRPC_OK)
+			<< why;
+		EXPECT_EQ(out.count, c);
+	}
+	f.count = 3;
+	ExpectReject(BuildFitting(f, md), "reply names 3 initial metadata pairs of 2");
+	f.count = 1;
+	ExpectReject(BuildFitting(f), "reply names 1 initial metadata pairs of 0");
+	f.flags = ZCRPC_FRAME_F_STREAM;
+	ExpectReject(BuildFitting(f, md), "count field on a frame of type 2");
 }
 
 // Streams (docs/protocol.md §8): what each of their frames may carry.
@@ -394,13 +418,13 @@ TEST(FrameStream, EachStreamFrameDecodesWithWhatItMayCarry)
 		EXPECT_EQ(out.payload_len, c.payload ? body.size() : 0u);
 	}
 	zcrpc_frame w = Sample(ZCRPC_FRAME_WINDOW);
-	w.window = 8;
+	w.count = 8;
 	auto buf = BuildFitting(w);
 	zcrpc_frame out{};
 	char why[256] = "";
 	ASSERT_EQ(zcrpc__frame_decode(buf.data(), buf.size(), &out, why, sizeof(why)), ZCRPC_OK)
 		<< why;
-	EXPECT_EQ(out.window, 8u);
+	EXPECT_EQ(out.count, 8u);
 }
 
 TEST(FrameStream, BrokenStreamFramesAreRefusedWithTheirReason)
@@ -412,7 +436,7 @@ TEST(FrameStream, BrokenStreamFramesAreRefusedWithTheirReason)
 	f = Sample(ZCRPC_FRAME_WINDOW); // adds nothing
 	ExpectReject(BuildFitting(f), "window frame adding no messages");
 	f = Sample(ZCRPC_FRAME_WINDOW);
-	f.window = 1;
+	f.count = 1;
 	ExpectReject(BuildFitting(f, {}, body), "body on a frame");
 	f = Sample(ZCRPC_FRAME_HALF_CLOSE);
 	ExpectReject(BuildFitting(f, md), "body on a frame");

@@ -93,6 +93,34 @@ std::vector<Named> ValidFrames()
 	f.bulk_rkey = 0xabcdef01;
 	f.bulk_token = 77;
 	v.push_back({"bulk-grant", Frame(f)});
+	// Streams (docs/protocol.md §8).
+	f = zcrpc_frame{};
+	f.type = ZCRPC_FRAME_REQUEST;
+	f.flags = ZCRPC_FRAME_F_STREAM;
+	f.call_id = 0x00100003;
+	f.method_id = zcrpc__fnv1a("/pkg.Svc/Chat");
+	v.push_back({"stream-open", Frame(f, md)});
+	f = zcrpc_frame{};
+	f.type = ZCRPC_FRAME_MESSAGE;
+	f.call_id = 0x00100003;
+	v.push_back({"stream-message", Frame(f, {}, "\x08\x01")});
+	f.type = ZCRPC_FRAME_WINDOW;
+	f.count = 8;
+	v.push_back({"stream-window", Frame(f)});
+	f.count = 0;
+	f.type = ZCRPC_FRAME_HEADERS;
+	v.push_back({"stream-headers", Frame(f, md)});
+	f.type = ZCRPC_FRAME_HALF_CLOSE;
+	v.push_back({"stream-half-close", Frame(f)});
+	f.type = ZCRPC_FRAME_REPLY;
+	f.flags = ZCRPC_FRAME_F_STREAM;
+	f.status = ZCRPC_ABORTED;
+	v.push_back({"stream-end", Frame(f, md, "enough")});
+	f = zcrpc_frame{};
+	f.type = ZCRPC_FRAME_REPLY;
+	f.call_id = 0x00200004;
+	f.count = 1; // one initial pair, one trailing
+	v.push_back({"reply-initial-md", Frame(f, md, "ok")});
 	return v;
 }
 
@@ -146,11 +174,17 @@ int CheckFrame(const std::vector<uint8_t> &in, const std::string &what)
 	return 1;
 }
 
-// Header bits a receiver must check: magic (0-1), version (2), reserved
-// words (12-15, 56-63). Flipping one of them must always be refused.
-bool MustReject(size_t byte)
+// Header bits a receiver must check: magic (0-1), version (2), the
+// reserved word (56-63), and the count word (12-15) where it must be zero:
+// everywhere but a WINDOW (a count of messages) and a unary REPLY (how many
+// of its metadata pairs are initial metadata). Flipping one of them must
+// always be refused.
+bool MustReject(size_t byte, const std::vector<uint8_t> &frame)
 {
-	return byte <= 2 || (byte >= 12 && byte <= 15) || (byte >= 56 && byte <= 63);
+	const bool count_used = frame[3] == ZCRPC_FRAME_WINDOW ||
+				(frame[3] == ZCRPC_FRAME_REPLY && !(frame[4] & ZCRPC_FRAME_F_STREAM));
+	return byte <= 2 || (byte >= 12 && byte <= 15 && !count_used) ||
+	       (byte >= 56 && byte <= 63);
 }
 
 std::vector<uint8_t> Flip(const std::vector<uint8_t> &in, size_t bit)
@@ -171,7 +205,7 @@ TEST(FrameFlips, EverySingleBitFlipOfEveryFrameTypeIsParsedSafely)
 			std::string what = v.name + " bit " + std::to_string(bit);
 			int ok = CheckFrame(Flip(v.bytes, bit), what);
 			if (ok && bit / 8 < ZCRPC_FRAME_HDR_LEN)
-				EXPECT_FALSE(MustReject(bit / 8)) << what << " was accepted";
+				EXPECT_FALSE(MustReject(bit / 8, v.bytes)) << what << " was accepted";
 			(ok ? accepted : rejected)++;
 		}
 		// Both verdicts occur: flips of ids and payload bytes are
