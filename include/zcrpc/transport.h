@@ -82,7 +82,7 @@ typedef struct zcrpc_worker_opts {
 			     * queue, recv_budget); default 64, 2..32768 */
 	uint32_t send_depth;	 /**< send slots per connection; default 64, >= 1 */
 	uint32_t max_msg;	 /**< largest message payload in bytes; default 4096, 1..8 MiB */
-	uint8_t ack_timeout;	 /**< RDMA_OPTION_ID_ACK_TIMEOUT exponent (4.096 us * 2^n); default 16 */
+	uint8_t ack_timeout_exp; /**< RDMA_OPTION_ID_ACK_TIMEOUT as an exponent n: 4.096 us * 2^n; default 16 (268 ms) */
 	uint8_t retry_count;	 /**< transport retries, 0..6 (7 would mean forever on rxe); default 6 */
 	uint8_t rnr_retry_count; /**< receiver-not-ready retries, 0..7; default 0 (credits prevent RNR) */
 	uint32_t pool_max_slots; /**< limit of the worker's pool, per size class; default 65536 */

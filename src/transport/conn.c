@@ -143,7 +143,7 @@ zcrpc_status zcrpc__conn_setup(zcrpc_conn *c, struct rdma_cm_id *id)
 	zcrpc_worker *w = c->w;
 	uint32_t test_cqe = 0;
 	zcrpc_status st;
-	uint8_t tmo = w->opts.ack_timeout;
+	uint8_t tmo = w->opts.ack_timeout_exp;
 
 	c->id = id;
 	id->context = c;

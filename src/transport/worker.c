@@ -170,7 +170,7 @@ void zcrpc_worker_opts_init_sized(zcrpc_worker_opts *caller, size_t size)
 	opts->recv_depth = 64;
 	opts->send_depth = 64;
 	opts->max_msg = 4096;
-	opts->ack_timeout = 16;
+	opts->ack_timeout_exp = 16;
 	opts->retry_count = 6;
 	opts->rnr_retry_count = 0;
 	opts->pool_max_slots = 65536;
@@ -187,7 +187,7 @@ static zcrpc_status check_opts(const zcrpc_worker_opts *o)
 	    o->recv_depth > ZCRPC_MAX_QUEUE_DEPTH || o->send_depth < 1 ||
 	    o->send_depth > ZCRPC_MAX_QUEUE_DEPTH || o->max_msg < 1 ||
 	    o->max_msg > 8u * 1024 * 1024 || o->retry_count > 6 ||
-	    o->rnr_retry_count > 7 || o->ack_timeout > 31 ||
+	    o->rnr_retry_count > 7 || o->ack_timeout_exp > 31 ||
 	    o->pool_max_slots < 2 || o->pool_max_slots > 0xffffffU ||
 	    o->recv_budget > ZCRPC_MAX_RECV_BUDGET ||
 	    o->recv_share < ZCRPC_MIN_QUEUE_DEPTH ||

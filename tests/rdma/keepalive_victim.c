@@ -69,7 +69,7 @@ int main(int argc, char **argv)
 	}
 	zcrpc_worker_opts_init(&o);
 	o.retry_count = 3;
-	o.ack_timeout = 14;
+	o.ack_timeout_exp = 14;
 	o.keepalive_ms = 0;
 	st = zcrpc_worker_create(&o, &w);
 	if (st != ZCRPC_OK) {

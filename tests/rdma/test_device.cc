@@ -103,7 +103,7 @@ struct Peer {
 		o.context = ctx;
 		o.recv_share = recv_share; // 0: the default
 		o.keepalive_ms = keepalive_ms;
-		o.ack_timeout = 14;
+		o.ack_timeout_exp = 14;
 		o.retry_count = 3;
 		EXPECT_EQ(zcrpc_worker_create(&o, &w), ZCRPC_OK);
 	}

@@ -261,7 +261,7 @@ TEST_F(Keepalive, PeerWhoseQpWentToErrorIsDetected)
 	const uint32_t ka = 200;
 	const int ack_timeout = 14, retry_count = 3; // the victim uses these too
 	zcrpc_worker_opts o = KeepaliveOpts(ka);
-	o.ack_timeout = ack_timeout;
+	o.ack_timeout_exp = ack_timeout;
 	o.retry_count = retry_count;
 	Side srv(&o);
 	srv.echo = true;

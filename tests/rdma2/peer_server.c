@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'a': addr = optarg; break;
 		case 'p': port = optarg; break;
-		case 't': wo.ack_timeout = (uint8_t)atoi(optarg); break;
+		case 't': wo.ack_timeout_exp = (uint8_t)atoi(optarg); break;
 		case 'r': wo.retry_count = (uint8_t)atoi(optarg); break;
 		case 'k': wo.keepalive_ms = (uint32_t)atoi(optarg); break;
 		default:

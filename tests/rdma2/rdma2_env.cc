@@ -169,7 +169,7 @@ zcrpc_worker_opts ClientWorkerOpts(uint32_t keepalive_ms)
 {
 	zcrpc_worker_opts o;
 	zcrpc_worker_opts_init(&o);
-	o.ack_timeout = 14;
+	o.ack_timeout_exp = 14;
 	o.retry_count = 6;
 	o.keepalive_ms = keepalive_ms;
 	return o;
@@ -177,5 +177,5 @@ zcrpc_worker_opts ClientWorkerOpts(uint32_t keepalive_ms)
 
 double RetryRoundMs(const zcrpc_worker_opts &o)
 {
-	return (o.retry_count + 1) * 4.096e-3 * std::ldexp(1.0, o.ack_timeout);
+	return (o.retry_count + 1) * 4.096e-3 * std::ldexp(1.0, o.ack_timeout_exp);
 }

@@ -50,7 +50,7 @@ void Loss::Run(int port, int loss_pct, size_t n, bool all_ok, size_t max_size)
 	PeerServer srv(env_, port, "-t 16 -r 6");
 	ASSERT_TRUE(srv.ok());
 	zcrpc_worker_opts wo = ClientWorkerOpts(1000);
-	wo.ack_timeout = 16;
+	wo.ack_timeout_exp = 16;
 	Rdma2Client c(env_.peer, srv.port(), wo, 10000);
 	ASSERT_TRUE(c.ok());
 	ASSERT_EQ(c.Start(64, 10'000'000), ZCRPC_OK);
