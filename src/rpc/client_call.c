@@ -99,6 +99,13 @@ void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 
 static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r)
 {
+	if (ch->ics.n) {
+		if (r->status == ZCRPC_OK)
+			zcrpc__cchain_message(&ch->ics, &c->ic, 0,
+					      r->len + r->attachment_len);
+		zcrpc__cchain_end(&ch->ics, &c->ic, r->status, r->message,
+				  r->md, r->n_md);
+	}
 	if (r->status == ZCRPC_OK)
 		ch->st.calls_ok++;
 	else
@@ -549,11 +556,47 @@ static zcrpc_status no_call(zcrpc_channel *ch)
 	return ZCRPC_RESOURCE_EXHAUSTED;
 }
 
+/* The channel's interceptors see the call start: what they add joins the
+ * request's metadata in @all (*@co then points there). */
+static zcrpc_status intercept_start(zcrpc_channel *ch, uint32_t method,
+				    int64_t timeout_us, zcrpc_call_opts *co,
+				    zcrpc_md *all, struct zcrpc__icall *ic)
+{
+	zcrpc_md add[ZCRPC_INTERCEPT_MD_ROOM];
+	zcrpc_call_info info;
+	size_t n_add;
+	zcrpc_status st;
+
+	memset(&info, 0, sizeof(info));
+	info.size = sizeof(info);
+	info.method_id = method;
+	info.md = co->md;
+	info.n_md = co->n_md;
+	info.timeout_us = timeout_us ? timeout_us : -1;
+	st = zcrpc__cchain_start(&ch->ics, &info, add, &n_add, ic);
+	if (st != ZCRPC_OK || !n_add)
+		return st;
+	if (co->n_md + n_add > ZCRPC_MD_MAX_PAIRS) {
+		zcrpc__cchain_end(&ch->ics, ic, ZCRPC_INVALID_ARGUMENT,
+				  "too much metadata with the interceptors'",
+				  NULL, 0);
+		return ZCRPC_INVALID_ARGUMENT;
+	}
+	if (co->n_md)
+		memcpy(all, co->md, co->n_md * sizeof(*all));
+	memcpy(all + co->n_md, add, n_add * sizeof(*all));
+	co->md = all;
+	co->n_md += n_add;
+	return ZCRPC_OK;
+}
+
 zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 			      zcrpc_fill_fn fill, void *fill_ctx,
 			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
 			      void *arg, zcrpc_call_id *id)
 {
+	zcrpc_md all_md[ZCRPC_MD_MAX_PAIRS];
+	struct zcrpc__icall ic = {{0}, 0, 0};
 	zcrpc_call_opts co;
 	struct zcrpc_frame f;
 	struct ccall *c;
@@ -580,22 +623,37 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	c = zcrpc__call_table_peek(&ch->calls);
 	if (!c)
 		return no_call(ch);
+	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
+	if (ch->ics.n) {
+		st = intercept_start(ch, method, timeout_us, &co, all_md, &ic);
+		if (st == ZCRPC_OK)
+			st = check_opts(ch, &co, len, &inline_cap);
+		if (st != ZCRPC_OK)
+			goto err_intercepted;
+		zcrpc__cchain_message(&ch->ics, &ic, 1, len);
+	}
 
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_REQUEST;
 	f.method_id = method;
 	f.call_id = zcrpc__ccall_ref(ch, c);
-	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
 	f.deadline_us = timeout_us > 0xffffffffLL ? 0xffffffffU : (uint32_t)timeout_us;
 	st = build_request(ch, c, &f, &co, len, inline_cap, fill, fill_ctx);
 	if (st != ZCRPC_OK)
-		return st;
+		goto err_intercepted;
 	zcrpc__call_table_take(&ch->calls);
+	c->ic = ic;
 	enqueue(ch, c, &co, cb, arg, timeout_us);
 	if (id)
 		*id = f.call_id;
 	send_or_connect(ch, c);
 	return ZCRPC_OK;
+
+err_intercepted:
+	/* The interceptors that started hear how it ended (once). */
+	zcrpc__cchain_end(&ch->ics, &ic, st, "the call could not be started",
+			  NULL, 0);
+	return st;
 }
 
 zcrpc_status zcrpc_call_async(zcrpc_channel *ch, uint32_t method,

@@ -10,6 +10,7 @@
 
 #include "../core/list.h"
 #include "rpc_internal.h"
+#include "intercept.h"
 
 enum cstate {
 	CS_FREE = 0,
@@ -70,6 +71,7 @@ struct ccall {
 	zcrpc_msg reply_msg;
 	int has_reply_msg;
 	struct zcrpc_frame reply;
+	struct zcrpc__icall ic; /* the channel's interceptors for this call */
 	/* result, for the done list */
 	zcrpc_status status;
 	char message[256]; /* a limit's reason after "could not connect to
@@ -104,6 +106,7 @@ struct zcrpc_channel {
 	char device[64]; /* the pinned device's name, o.device set */
 	zcrpc_status down_status; /* why the last connection failed */
 	char down_why[256];
+	struct zcrpc__cchain ics; /* interceptors (intercept.c) */
 	/* streams (stream_client.c): their table, made at the first one,
 	 * and the live ones */
 	struct zcrpc__call_table streams;

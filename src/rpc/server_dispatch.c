@@ -52,6 +52,12 @@ void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c)
 		fn(c->done_ctx, c->state == SS_REPLY_WRITE ? ZCRPC_UNAVAILABLE
 							   : ZCRPC_UNAVAILABLE);
 	}
+	if (s->root->ics.n)
+		zcrpc__schain_end(&s->root->ics, &c->ic,
+				  c->ic_replied ? c->ic_status
+				  : !c->sc      ? ZCRPC_UNAVAILABLE
+				  : c->cancelled ? ZCRPC_CANCELLED
+						 : ZCRPC_DEADLINE_EXCEEDED);
 	scall_reset(c);
 	zcrpc__list_init(&c->link);
 	zcrpc__list_init(&c->qlink);
@@ -146,10 +152,27 @@ void zcrpc__sconn_protocol_error(struct sconn *sc, const char *why)
 			  "protocol error from the client: %s", why);
 }
 
+zcrpc_status zcrpc__server_intercept(zcrpc_server *s, const struct zcrpc_frame *f,
+				     struct zcrpc__icall *ic, const char **why)
+{
+	zcrpc_md md[ZCRPC_MD_MAX_PAIRS];
+	zcrpc_call_info info;
+
+	memset(&info, 0, sizeof(info));
+	info.size = sizeof(info);
+	info.method_id = f->method_id;
+	info.streaming = (f->flags & ZCRPC_FRAME_F_STREAM) != 0;
+	info.n_md = zcrpc__md_view(f, md);
+	info.md = info.n_md ? md : NULL;
+	info.timeout_us = f->deadline_us ? (int64_t)f->deadline_us : -1;
+	return zcrpc__schain_call(&s->root->ics, &info, why, ic);
+}
+
 static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 {
 	zcrpc_server *s = sc->s;
 	const struct method *m = zcrpc__server_find_method(s, f->method_id);
+	struct zcrpc__icall ic = {{0}, 0, 0};
 	zcrpc_server_call *c;
 
 	s->st.calls++;
@@ -178,8 +201,21 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 					 "server is shutting down");
 		return;
 	}
+	if (s->root->ics.n) {
+		const char *why;
+		zcrpc_status ist = zcrpc__server_intercept(s, f, &ic, &why);
+
+		if (ist != ZCRPC_OK) {
+			zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
+						 ist, why);
+			return;
+		}
+		zcrpc__schain_message(&s->root->ics, &ic, 0,
+				      f->payload_len + f->bulk_len);
+	}
 	c = zcrpc__call_table_take(&s->calls);
 	if (!c) {
+		zcrpc__schain_end(&s->root->ics, &ic, ZCRPC_RESOURCE_EXHAUSTED);
 		zcrpc__sconn_send_simple(
 			sc, ZCRPC_FRAME_REPLY, f->call_id,
 			ZCRPC_RESOURCE_EXHAUSTED,
@@ -191,6 +227,7 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 	}
 	zcrpc__list_init(&c->link);
 	zcrpc__list_init(&c->qlink);
+	c->ic = ic;
 	c->s = s;
 	c->sc = sc;
 	c->m = m;

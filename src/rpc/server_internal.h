@@ -10,6 +10,7 @@
 
 #include "../core/list.h"
 #include "rpc_internal.h"
+#include "intercept.h"
 #include "zcrpc/stream.h"
 
 /* How soon a frame that found no pool slot is tried again. */
@@ -83,6 +84,9 @@ struct zcrpc_server_call {
 	struct zcrpc__out reply_out; /* REPLY_BUF: the reply frame, unsent */
 	void (*on_done)(void *ctx, zcrpc_status st);
 	void *done_ctx;
+	struct zcrpc__icall ic;	 /* the server's interceptors for this call */
+	zcrpc_status ic_status;	 /* its end for them, once a reply was made */
+	uint8_t ic_replied;
 };
 
 /* A frame that could not be built for want of a pool slot: kept as its
@@ -124,6 +128,7 @@ struct zcrpc_server {
 	uint16_t port;
 	struct method *methods;
 	size_t nmethods, cap_methods;
+	struct zcrpc__schain ics; /* interceptors (the root's serve every shard) */
 	struct zcrpc__list conns;	/* of struct sconn */
 	struct zcrpc__call_table calls; /* of zcrpc_server_call */
 	struct zcrpc__list run_queue; /* waiting for a handler slot, in order */
@@ -220,6 +225,10 @@ void zcrpc__sconn_send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 			      zcrpc_status status, const char *msg);
 
 /* ---- server_dispatch.c: requests to handlers ---- */
+/* The server's interceptors see request (or stream) @f: OK, or the status
+ * and reason (*@why) of the refusal. */
+zcrpc_status zcrpc__server_intercept(zcrpc_server *s, const struct zcrpc_frame *f,
+				     struct zcrpc__icall *ic, const char **why);
 void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c);
 void zcrpc__scall_dispatch(zcrpc_server *s, zcrpc_server_call *c);
 void zcrpc__server_run_queue(zcrpc_server *s);

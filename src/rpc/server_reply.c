@@ -219,6 +219,11 @@ static zcrpc_status reply(zcrpc_server_call *c, zcrpc_status status,
 	c->done_ctx = ro.ctx;
 	if (reply_dropped(s, c, &st))
 		return st;
+	c->ic_status = status; /* what the interceptors see at its end */
+	c->ic_replied = 1;
+	if (status == ZCRPC_OK && s->root->ics.n)
+		zcrpc__schain_message(&s->root->ics, &c->ic, 1,
+				      len + (ro.attachment ? ro.attachment->len : 0));
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_REPLY;
 	f.call_id = c->client_ref;

@@ -73,6 +73,23 @@ void zcrpc__stream_end(zcrpc_stream *s, zcrpc_status st, const char *msg)
 	zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
 }
 
+void zcrpc__stream_ic_message(zcrpc_stream *s, int outgoing, size_t len)
+{
+	if (s->cics && s->cics->n)
+		zcrpc__cchain_message(s->cics, &s->ic, outgoing, len);
+	else if (s->sics && s->sics->n)
+		zcrpc__schain_message(s->sics, &s->ic, outgoing, len);
+}
+
+void zcrpc__stream_ic_end(zcrpc_stream *s)
+{
+	if (s->cics && s->cics->n)
+		zcrpc__cchain_end(s->cics, &s->ic, s->end_status, s->end_msg,
+				  s->n_end_md ? s->end_md : NULL, s->n_end_md);
+	else if (s->sics && s->sics->n)
+		zcrpc__schain_end(s->sics, &s->ic, s->end_status);
+}
+
 /* Gives the writer back the messages consumed, once half a window is
  * (or, @all, whatever was consumed: a resumed reader). */
 static void give_window(zcrpc_stream *s, int all)
@@ -99,6 +116,7 @@ static void give_window(zcrpc_stream *s, int all)
 
 static void deliver(zcrpc_stream *s, const void *data, size_t len)
 {
+	zcrpc__stream_ic_message(s, 0, len);
 	if (s->h.on_message)
 		s->h.on_message(s, data, len, s->h.arg);
 	s->consumed++;
@@ -202,11 +220,13 @@ void zcrpc__stream_run_finish(zcrpc_stream *s)
 		if (!s->held_head)
 			s->held_tail = NULL;
 		s->nheld--;
+		zcrpc__stream_ic_message(s, 0, m->len);
 		if (s->h.on_message)
 			s->h.on_message(s, m->data, m->len, s->h.arg);
 		free(m);
 	}
 	s->finish_run = 1;
+	zcrpc__stream_ic_end(s);
 	zcrpc__timer_stop(s->w, &s->timer);
 	memset(&e, 0, sizeof(e));
 	e.size = sizeof(e);
@@ -276,6 +296,7 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 		return st;
 	s->send_window--;
 	s->sent_any = 1;
+	zcrpc__stream_ic_message(s, 1, len);
 	zcrpc__stream_send(s, &out);
 	return ZCRPC_OK;
 }

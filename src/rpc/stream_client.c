@@ -138,6 +138,41 @@ void zcrpc__cstream_deadline(zcrpc_stream *s)
 	end_local(s, ZCRPC_DEADLINE_EXCEEDED, "deadline exceeded");
 }
 
+/* The channel's interceptors see the stream start; what they add joins
+ * its initial metadata in @all. */
+static zcrpc_status intercept_start(zcrpc_channel *ch, uint32_t method,
+				    int64_t timeout_us, zcrpc_stream_opts *so,
+				    zcrpc_md *all, struct zcrpc__icall *ic)
+{
+	zcrpc_md add[ZCRPC_INTERCEPT_MD_ROOM];
+	zcrpc_call_info info;
+	size_t n_add;
+	zcrpc_status st;
+
+	memset(&info, 0, sizeof(info));
+	info.size = sizeof(info);
+	info.method_id = method;
+	info.streaming = 1;
+	info.md = so->md;
+	info.n_md = so->n_md;
+	info.timeout_us = timeout_us ? timeout_us : -1;
+	st = zcrpc__cchain_start(&ch->ics, &info, add, &n_add, ic);
+	if (st != ZCRPC_OK || !n_add)
+		return st;
+	if (so->n_md + n_add > ZCRPC_MD_MAX_PAIRS) {
+		zcrpc__cchain_end(&ch->ics, ic, ZCRPC_INVALID_ARGUMENT,
+				  "too much metadata with the interceptors'",
+				  NULL, 0);
+		return ZCRPC_INVALID_ARGUMENT;
+	}
+	if (so->n_md)
+		memcpy(all, so->md, so->n_md * sizeof(*all));
+	memcpy(all + so->n_md, add, n_add * sizeof(*all));
+	so->md = all;
+	so->n_md += n_add;
+	return ZCRPC_OK;
+}
+
 static zcrpc_status stream_table(zcrpc_channel *ch)
 {
 	if (ch->has_streams)
@@ -177,6 +212,8 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 				zcrpc_stream **out)
 {
 	zcrpc_stream_opts so = stream_opts_default;
+	zcrpc_md all_md[ZCRPC_MD_MAX_PAIRS];
+	struct zcrpc__icall ic = {{0}, 0, 0};
 	zcrpc_stream_handlers hh;
 	struct zcrpc__out req;
 	struct zcrpc_frame f;
@@ -203,13 +240,22 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	s = zcrpc__call_table_peek(&ch->streams);
 	if (!s)
 		return ZCRPC_RESOURCE_EXHAUSTED;
+	timeout_us = so.timeout_us ? so.timeout_us : ch->o.default_timeout_us;
+	if (ch->ics.n) {
+		zcrpc_status st = intercept_start(ch, method, timeout_us, &so,
+						  all_md, &ic);
+
+		if (st != ZCRPC_OK)
+			return st;
+	}
 	memset(s, 0, sizeof(*s));
+	s->ic = ic;
 	zcrpc__stream_init(s, ch->w, &hh);
 	s->client = 1;
 	s->ch = ch;
+	s->cics = &ch->ics;
 	s->ref = zcrpc__call_table_ref(&ch->streams, s);
 	now = zcrpc__now_ns();
-	timeout_us = so.timeout_us ? so.timeout_us : ch->o.default_timeout_us;
 	s->deadline_ns = timeout_us ? now + timeout_us * 1000 : 0;
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_REQUEST;
@@ -218,8 +264,12 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	f.call_id = s->ref;
 	f.deadline_us = zcrpc__stream_deadline_us(s, now);
 	if (zcrpc__out_build(ch->w, &f, so.md, so.n_md, 0, NULL, NULL, NULL,
-			     &req) != ZCRPC_OK)
+			     &req) != ZCRPC_OK) {
+		/* no slot, or the interceptors' metadata made it too big */
+		zcrpc__cchain_end(&ch->ics, &s->ic, ZCRPC_RESOURCE_EXHAUSTED,
+				  "the stream could not be started", NULL, 0);
 		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
 	zcrpc__call_table_take(&ch->streams);
 	zcrpc__list_push_back(&ch->live_streams, &s->link);
 	if (s->deadline_ns)

@@ -10,6 +10,7 @@
 
 #include "../core/list.h"
 #include "rpc_internal.h"
+#include "intercept.h"
 #include "zcrpc/stream.h"
 
 struct sconn;
@@ -39,6 +40,9 @@ struct zcrpc_stream {
 	zcrpc_stream_handlers h;
 	void *user;
 	uint32_t ref; /* the client's reference: the wire's call id */
+	struct zcrpc__icall ic; /* its side's interceptors: */
+	const struct zcrpc__cchain *cics; /* the channel's (client) */
+	const struct zcrpc__schain *sics; /* the server's */
 	struct zcrpc__timer timer; /* deadline, deferred work */
 	int64_t deadline_ns;	   /* 0 = none */
 	/* flow control (docs/protocol.md §8) */
@@ -91,6 +95,9 @@ zcrpc_status zcrpc__stream_build(zcrpc_stream *s, uint8_t type, uint16_t flags,
 /* Runs on_finish of ended @s now, then frees it (unless it waits to
  * hand over held messages of an orderly end: a paused reader). */
 void zcrpc__stream_run_finish(zcrpc_stream *s);
+/* Its side's interceptors: a message went out (1) or came (0); the end. */
+void zcrpc__stream_ic_message(zcrpc_stream *s, int outgoing, size_t len);
+void zcrpc__stream_ic_end(zcrpc_stream *s);
 /* Frees the messages held for a paused reader. */
 void zcrpc__stream_free_held(zcrpc_stream *s);
 /* The time left of @s's deadline for a frame (us, capped), 0 = none. */

@@ -130,6 +130,7 @@ static void on_open(struct sconn *sc, const struct zcrpc_frame *f)
 	zcrpc_server *s = sc->s;
 	const struct method *m = zcrpc__server_find_method(s, f->method_id);
 	zcrpc_md md[ZCRPC_MD_MAX_PAIRS];
+	struct zcrpc__icall ic = {{0}, 0, 0};
 	zcrpc_stream_open op;
 	zcrpc_stream *st;
 	char msg[96];
@@ -156,13 +157,25 @@ static void on_open(struct sconn *sc, const struct zcrpc_frame *f)
 		zcrpc__sconn_protocol_error(sc, "a stream opened twice");
 		return;
 	}
+	if (s->root->ics.n) {
+		const char *why;
+		zcrpc_status ist = zcrpc__server_intercept(s, f, &ic, &why);
+
+		if (ist != ZCRPC_OK) {
+			reply_simple(sc, f->call_id, ist, why);
+			return;
+		}
+	}
 	if (sc->nstreams >= MAX_STREAMS_PER_CONN ||
 	    !(st = calloc(1, sizeof(*st)))) {
+		zcrpc__schain_end(&s->root->ics, &ic, ZCRPC_RESOURCE_EXHAUSTED);
 		reply_simple(sc, f->call_id, ZCRPC_RESOURCE_EXHAUSTED,
 			     "too many streams on the connection");
 		return;
 	}
 	zcrpc__stream_init(st, s->w, m->sh);
+	st->ic = ic;
+	st->sics = &s->root->ics;
 	st->s = s;
 	st->sc = sc;
 	st->ref = f->call_id;
