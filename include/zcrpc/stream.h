@@ -108,6 +108,9 @@ typedef struct zcrpc_stream_opts {
 	int64_t timeout_us; /**< deadline over the whole stream; 0 = the channel's default */
 	const zcrpc_md *md; /**< initial metadata (copied) */
 	size_t n_md;
+	/** The largest message this client reads; a larger one ends the
+	 * stream RESOURCE_EXHAUSTED (the server is told). 0 = 4 MiB. */
+	size_t max_message;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_stream_opts;
 
@@ -145,10 +148,14 @@ ZCRPC_API zcrpc_status zcrpc_server_register_stream(
 
 /**
  * zcrpc_stream_write - send one message of @len bytes (copied; 0 is a
- * message too). OK once queued in order; RESOURCE_EXHAUSTED when the
- * window is closed (on_writable follows) or no pool slot is free (try
- * again later); INVALID_ARGUMENT for NULL @data with a length or a message
- * larger than one frame carries (zcrpc_stream_max_message());
+ * message too). OK once queued in order. A message larger than one frame
+ * goes in pieces as the window lets them (docs/protocol.md §8): the next
+ * write is refused RESOURCE_EXHAUSTED until the last piece went
+ * (on_writable follows); a half-close or finish made meanwhile goes after
+ * it. RESOURCE_EXHAUSTED when the window is closed (on_writable follows)
+ * or no pool slot or memory is free (try again later); INVALID_ARGUMENT
+ * for NULL @data with a length or a message above
+ * zcrpc_stream_max_message();
  * FAILED_PRECONDITION after this side's half-close or finish, or once the
  * stream ended (its on_finish is due).
  */
@@ -158,7 +165,8 @@ ZCRPC_API zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data,
 /** Non-zero while a write would not be refused for the window. */
 ZCRPC_API int zcrpc_stream_can_write(const zcrpc_stream *s);
 
-/** The largest message zcrpc_stream_write() takes on @s. */
+/** The largest message zcrpc_stream_write() takes on @s (4 MiB; a reader
+ * may take less: zcrpc_stream_opts.max_message). */
 ZCRPC_API size_t zcrpc_stream_max_message(const zcrpc_stream *s);
 
 /**

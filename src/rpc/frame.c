@@ -138,6 +138,10 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	if ((f->flags & ZCRPC_FRAME_F_STREAM) && f->type != ZCRPC_FRAME_REQUEST &&
 	    f->type != ZCRPC_FRAME_REPLY && f->type != ZCRPC_FRAME_CANCEL)
 		return bad(why, why_len, "stream flag on frame type %u", f->type);
+	if ((f->flags & ZCRPC_FRAME_F_MORE) && f->type != ZCRPC_FRAME_MESSAGE)
+		return bad(why, why_len, "more flag on frame type %u", f->type);
+	if ((f->flags & ZCRPC_FRAME_F_MORE) && !f->payload_len)
+		return bad(why, why_len, "an empty piece of a message");
 	if ((f->flags & ZCRPC_FRAME_F_STREAM) && (f->flags & ZCRPC_FRAME_F_BULK))
 		return bad(why, why_len, "bulk part on a stream's frame");
 	if (f->type == ZCRPC_FRAME_REQUEST && (f->flags & ZCRPC_FRAME_F_STREAM) &&

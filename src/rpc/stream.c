@@ -28,6 +28,7 @@ void zcrpc__stream_init(zcrpc_stream *s, zcrpc_worker *w,
 	s->timer.fn = on_timer;
 	s->send_window = ZCRPC_STREAM_WINDOW;
 	s->recv_left = ZCRPC_STREAM_WINDOW;
+	s->max_message = ZCRPC_STREAM_MAX_MESSAGE;
 	zcrpc__list_init(&s->link);
 }
 
@@ -119,11 +120,63 @@ static void deliver(zcrpc_stream *s, const void *data, size_t len)
 	zcrpc__stream_ic_message(s, 0, len);
 	if (s->h.on_message)
 		s->h.on_message(s, data, len, s->h.arg);
+}
+
+/* The reader refuses what its peer sent (a message above its limit): the
+ * side's way of ending the stream and telling the peer. */
+static void refuse(zcrpc_stream *s, zcrpc_status st, const char *msg)
+{
+	if (s->client)
+		zcrpc__cstream_refuse(s, st, msg);
+	else
+		zcrpc__sstream_refuse(s, st, msg);
+}
+
+/* One MESSAGE's payload consumed: a whole message, or a piece (@more) of
+ * a large one, gathered until its last piece. */
+static void take(zcrpc_stream *s, const void *data, size_t len, int more)
+{
 	s->consumed++;
+	if (!more && !s->in_len) {
+		deliver(s, data, len); /* the usual case: one frame */
+		return;
+	}
+	if (s->in_len + len > s->max_message) {
+		free(s->in_big);
+		s->in_big = NULL;
+		s->in_len = s->in_cap = 0;
+		refuse(s, ZCRPC_RESOURCE_EXHAUSTED,
+		       "a stream message above the reader's limit");
+		return;
+	}
+	if (s->in_len + len > s->in_cap) {
+		size_t cap = s->in_cap ? s->in_cap * 2 : 64 * 1024;
+		unsigned char *p;
+
+		while (cap < s->in_len + len)
+			cap *= 2;
+		p = realloc(s->in_big, cap);
+		if (!p) {
+			refuse(s, ZCRPC_RESOURCE_EXHAUSTED,
+			       "no memory for a large stream message");
+			return;
+		}
+		s->in_big = p;
+		s->in_cap = cap;
+	}
+	memcpy(s->in_big + s->in_len, data, len);
+	s->in_len += len;
+	if (!more) {
+		size_t n = s->in_len;
+
+		s->in_len = 0; /* (the buffer is kept for the next one) */
+		deliver(s, s->in_big, n);
+	}
 }
 
 int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 {
+	int more = (f->flags & ZCRPC_FRAME_F_MORE) != 0;
 	struct smsg *m;
 
 	if (!s->recv_left)
@@ -132,7 +185,7 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 	if (s->ended)
 		return 0; /* it is going: nobody reads any more */
 	if (!s->paused && !s->held_head) {
-		deliver(s, f->payload, f->payload_len);
+		take(s, f->payload, f->payload_len, more);
 		give_window(s, 0);
 		return 0;
 	}
@@ -146,6 +199,7 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 	}
 	m->next = NULL;
 	m->len = f->payload_len;
+	m->more = more;
 	memcpy(m->data, f->payload, f->payload_len);
 	if (s->held_tail)
 		s->held_tail->next = m;
@@ -158,12 +212,14 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 
 void zcrpc__stream_on_window(zcrpc_stream *s, const struct zcrpc_frame *f)
 {
-	int was_closed = !s->send_window;
+	int was_closed = !s->send_window || s->out_big;
 
 	s->send_window = s->send_window + f->count > WINDOW_CAP
 				 ? WINDOW_CAP
 				 : s->send_window + f->count;
-	if (was_closed && s->wanted_write && !s->ended) {
+	zcrpc__stream_pump(s);
+	if (was_closed && s->wanted_write && !s->ended && !s->out_big &&
+	    s->send_window) {
 		s->wanted_write = 0;
 		if (s->h.on_writable)
 			s->h.on_writable(s, s->h.arg);
@@ -181,7 +237,7 @@ static void deliver_held(zcrpc_stream *s)
 		if (!s->held_head)
 			s->held_tail = NULL;
 		s->nheld--;
-		deliver(s, m->data, m->len);
+		take(s, m->data, m->len, m->more);
 		free(m);
 	}
 	if (!s->held_head && s->half_pending && !s->ended && !s->paused) {
@@ -202,6 +258,16 @@ void zcrpc__stream_free_held(zcrpc_stream *s)
 	}
 	s->held_tail = NULL;
 	s->nheld = 0;
+	free(s->in_big);
+	s->in_big = NULL;
+	s->in_len = s->in_cap = 0;
+	free(s->out_big);
+	s->out_big = NULL;
+	if (s->has_end_out)
+		zcrpc_msg_free(s->w, &s->end_out.msg);
+	s->has_end_out = 0;
+	free(s->end_msg_after_big);
+	s->end_msg_after_big = NULL;
 }
 
 /* on_finish, then the side frees the stream. A stream its peer ended in
@@ -220,9 +286,9 @@ void zcrpc__stream_run_finish(zcrpc_stream *s)
 		if (!s->held_head)
 			s->held_tail = NULL;
 		s->nheld--;
-		zcrpc__stream_ic_message(s, 0, m->len);
-		if (s->h.on_message)
-			s->h.on_message(s, m->data, m->len, s->h.arg);
+		s->ended = 0; /* take() delivers to a live stream only */
+		take(s, m->data, m->len, m->more);
+		s->ended = 1;
 		free(m);
 	}
 	s->finish_run = 1;
@@ -261,6 +327,7 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 		deliver_held(s);
 	else
 		give_window(s, 0);
+	zcrpc__stream_pump(s); /* a piece that found no slot */
 	if (!s->ended && s->deadline_ns)
 		zcrpc__timer_start(s->w, &s->timer, s->deadline_ns);
 }
@@ -269,7 +336,72 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 
 size_t zcrpc_stream_max_message(const zcrpc_stream *s)
 {
-	return s ? zcrpc__worker_max_msg(s->w) - ZCRPC_FRAME_HDR_LEN : 0;
+	return s ? ZCRPC_STREAM_MAX_MESSAGE : 0;
+}
+
+/* The payload one MESSAGE carries. */
+static size_t piece_max(const zcrpc_stream *s)
+{
+	return zcrpc__worker_max_msg(s->w) - ZCRPC_FRAME_HDR_LEN;
+}
+
+void zcrpc__stream_pump(zcrpc_stream *s)
+{
+	struct zcrpc__out out;
+	struct zcrpc_frame f;
+
+	while (s->out_big && s->send_window && !s->ended) {
+		size_t rest = s->out_len - s->out_off;
+		size_t n = rest < piece_max(s) ? rest : piece_max(s);
+
+		memset(&f, 0, sizeof(f));
+		f.type = ZCRPC_FRAME_MESSAGE;
+		f.flags = n < rest ? ZCRPC_FRAME_F_MORE : 0;
+		f.call_id = s->ref;
+		if (zcrpc__out_build(s->w, &f, NULL, 0, n, NULL, NULL,
+				     s->out_big + s->out_off, &out) != ZCRPC_OK) {
+			/* No pool slot: the next piece goes a little later. */
+			zcrpc__timer_start(s->w, &s->timer,
+					   zcrpc__now_ns() + RETRY_NS);
+			return;
+		}
+		s->send_window--;
+		s->out_off += n;
+		zcrpc__stream_send(s, &out);
+		if (s->out_off == s->out_len) {
+			free(s->out_big);
+			s->out_big = NULL;
+		}
+	}
+	if (s->out_big || s->ended)
+		return;
+	/* What waited for the last piece. */
+	if (s->half_after_big) {
+		s->half_after_big = 0;
+		if (zcrpc__stream_build(s, ZCRPC_FRAME_HALF_CLOSE, 0, &out) ==
+		    ZCRPC_OK)
+			zcrpc__stream_send(s, &out);
+		else
+			zcrpc__stream_end(s, ZCRPC_RESOURCE_EXHAUSTED,
+					  "no pool slot for the half-close");
+	}
+	if (s->has_end_out) {
+		s->has_end_out = 0;
+		zcrpc__stream_send(s, &s->end_out);
+		zcrpc__stream_end(s, s->end_after_big, s->end_msg_after_big);
+		free(s->end_msg_after_big);
+		s->end_msg_after_big = NULL;
+	}
+}
+
+void zcrpc__stream_end_after_pieces(zcrpc_stream *s, struct zcrpc__out *out,
+				    zcrpc_status st, const char *msg)
+{
+	s->end_out = *out;
+	s->has_end_out = 1;
+	s->end_after_big = st;
+	s->end_msg_after_big = strdup(msg ? msg : "");
+	s->half_local = 1; /* nothing more is written */
 }
 
 zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
@@ -280,13 +412,27 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 
 	if (!s || (len && !data))
 		return ZCRPC_INVALID_ARGUMENT;
-	if (s->ended || s->half_local)
+	if (s->ended || s->half_local || s->half_after_big)
 		return ZCRPC_FAILED_PRECONDITION;
-	if (len > zcrpc_stream_max_message(s))
+	if (len > ZCRPC_STREAM_MAX_MESSAGE)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (!s->send_window) {
+	if (!s->send_window || s->out_big) {
 		s->wanted_write = 1;
 		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	if (len > piece_max(s)) {
+		/* In pieces, as the window lets them go; the next write waits
+		 * until the last went. */
+		s->out_big = malloc(len);
+		if (!s->out_big)
+			return ZCRPC_RESOURCE_EXHAUSTED;
+		memcpy(s->out_big, data, len);
+		s->out_off = 0;
+		s->out_len = len;
+		s->sent_any = 1;
+		zcrpc__stream_ic_message(s, 1, len);
+		zcrpc__stream_pump(s);
+		return ZCRPC_OK;
 	}
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_MESSAGE;
@@ -303,7 +449,8 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 
 int zcrpc_stream_can_write(const zcrpc_stream *s)
 {
-	return s && !s->ended && !s->half_local && s->send_window > 0;
+	return s && !s->ended && !s->half_local && !s->half_after_big &&
+	       !s->out_big && s->send_window > 0;
 }
 
 void zcrpc_stream_pause(zcrpc_stream *s)

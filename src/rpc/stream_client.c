@@ -133,6 +133,11 @@ static void end_local(zcrpc_stream *s, zcrpc_status st, const char *msg)
 	zcrpc__stream_end(s, st, msg);
 }
 
+void zcrpc__cstream_refuse(zcrpc_stream *s, zcrpc_status st, const char *msg)
+{
+	end_local(s, st, msg);
+}
+
 void zcrpc__cstream_deadline(zcrpc_stream *s)
 {
 	end_local(s, ZCRPC_DEADLINE_EXCEEDED, "deadline exceeded");
@@ -253,6 +258,8 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	zcrpc__stream_init(s, ch->w, &hh);
 	s->client = 1;
 	s->ch = ch;
+	if (so.max_message)
+		s->max_message = so.max_message;
 	s->cics = &ch->ics;
 	s->ref = zcrpc__call_table_ref(&ch->streams, s);
 	now = zcrpc__now_ns();
@@ -293,6 +300,12 @@ zcrpc_status zcrpc_stream_close_send(zcrpc_stream *s)
 		return ZCRPC_INVALID_ARGUMENT;
 	if (s->ended || s->half_local)
 		return ZCRPC_FAILED_PRECONDITION;
+	if (s->out_big) {
+		/* after the pieces of the message being written */
+		s->half_after_big = 1;
+		s->half_local = 1;
+		return ZCRPC_OK;
+	}
 	if (zcrpc__stream_build(s, ZCRPC_FRAME_HALF_CLOSE, 0, &out) != ZCRPC_OK)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	s->half_local = 1;

@@ -15,10 +15,12 @@
 
 struct sconn;
 
-/* A message that arrived while its stream was paused. */
+/* A message (or a piece of one, @more) that arrived while its stream was
+ * paused. */
 struct smsg {
 	struct smsg *next;
 	size_t len;
+	int more;
 	unsigned char data[];
 };
 
@@ -51,6 +53,18 @@ struct zcrpc_stream {
 	uint32_t consumed;    /* consumed since our last WINDOW */
 	struct smsg *held_head, *held_tail; /* arrived while paused */
 	uint32_t nheld;
+	/* A message larger than a frame goes in pieces (MESSAGE with MORE). */
+	unsigned char *in_big;	 /* reader: the pieces so far */
+	size_t in_len, in_cap;
+	size_t max_message;	 /* reader: the largest it takes */
+	unsigned char *out_big;	 /* writer: the message being sent */
+	size_t out_off, out_len;
+	struct zcrpc__out end_out; /* server: its final status, built, sent
+				    * after the pieces (has_end_out) */
+	unsigned has_end_out : 1;
+	unsigned half_after_big : 1; /* client: half-close after the pieces */
+	zcrpc_status end_after_big;
+	char *end_msg_after_big;
 	/* how it ended */
 	zcrpc_status end_status;
 	char end_msg[ZCRPC_STATUS_MSG_MAX + 1];
@@ -98,8 +112,17 @@ void zcrpc__stream_run_finish(zcrpc_stream *s);
 /* Its side's interceptors: a message went out (1) or came (0); the end. */
 void zcrpc__stream_ic_message(zcrpc_stream *s, int outgoing, size_t len);
 void zcrpc__stream_ic_end(zcrpc_stream *s);
-/* Frees the messages held for a paused reader. */
+/* Frees the messages held for a paused reader, and the pieces of a large
+ * message being read or written. */
 void zcrpc__stream_free_held(zcrpc_stream *s);
+/* Sends pieces of the large message being written while the window lets
+ * it; when the last went, what waited for it (the half-close, the final
+ * status). */
+void zcrpc__stream_pump(zcrpc_stream *s);
+/* Server: its final status @out (built) goes once the pieces went; the
+ * stream then ends with @st and @msg. */
+void zcrpc__stream_end_after_pieces(zcrpc_stream *s, struct zcrpc__out *out,
+				    zcrpc_status st, const char *msg);
 /* The time left of @s's deadline for a frame (us, capped), 0 = none. */
 uint32_t zcrpc__stream_deadline_us(const zcrpc_stream *s, int64_t now);
 
@@ -118,6 +141,8 @@ void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out);
 void zcrpc__cstream_free(zcrpc_stream *s);
 /* Its deadline passed: ended DEADLINE_EXCEEDED, the server told. */
 void zcrpc__cstream_deadline(zcrpc_stream *s);
+/* The client refuses what the server sent: ended @st, the server told. */
+void zcrpc__cstream_refuse(zcrpc_stream *s, zcrpc_status st, const char *msg);
 
 /* ---- stream_server.c ---- */
 /* A REQUEST with the stream flag, or a frame of a stream, from @sc. */
@@ -130,6 +155,8 @@ void zcrpc__sstream_send(zcrpc_stream *s, struct zcrpc__out *out);
 void zcrpc__sstream_free(zcrpc_stream *s);
 /* Its deadline passed: ended DEADLINE_EXCEEDED, the client told. */
 void zcrpc__sstream_deadline(zcrpc_stream *s);
+/* The server refuses what the client sent: ended @st, the client told. */
+void zcrpc__sstream_refuse(zcrpc_stream *s, zcrpc_status st, const char *msg);
 /* zcrpc_stream_cancel() of a server's stream. */
 void zcrpc__sstream_cancel(zcrpc_stream *s);
 

@@ -83,6 +83,11 @@ static void end_and_tell(zcrpc_stream *s, zcrpc_status st, const char *msg)
 	zcrpc__stream_end(s, st, msg);
 }
 
+void zcrpc__sstream_refuse(zcrpc_stream *s, zcrpc_status st, const char *msg)
+{
+	end_and_tell(s, st, msg);
+}
+
 void zcrpc__sstream_deadline(zcrpc_stream *s)
 {
 	end_and_tell(s, ZCRPC_DEADLINE_EXCEEDED, "deadline exceeded");
@@ -283,7 +288,7 @@ zcrpc_status zcrpc_stream_finish(zcrpc_stream *s, zcrpc_status status,
 
 	if (!s || s->client)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (s->ended)
+	if (s->ended || s->has_end_out)
 		return ZCRPC_FAILED_PRECONDITION;
 	if (zcrpc__md_bytes(md, n_md) == (size_t)-1)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -302,6 +307,13 @@ zcrpc_status zcrpc_stream_finish(zcrpc_stream *s, zcrpc_status status,
 				      &out);
 		if (st != ZCRPC_OK)
 			return st; /* RESOURCE_EXHAUSTED: no slot; INVALID_ARGUMENT: too big */
+		if (s->out_big) {
+			/* after the pieces of the message being written */
+			s->s->st.replies++;
+			zcrpc__stream_end_after_pieces(
+				s, &out, status, status == ZCRPC_OK ? "" : message);
+			return ZCRPC_OK;
+		}
 		zcrpc__sconn_send(s->sc, &out);
 	}
 	s->s->st.replies++;

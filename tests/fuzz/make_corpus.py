@@ -25,6 +25,7 @@ MESSAGE, WINDOW, HEADERS, HALF_CLOSE = 6, 7, 8, 9  # streams (protocol.md §8)
 F_BULK = 1
 F_PAYLOAD_IN_BULK = 2
 F_STREAM = 4
+F_MORE = 8
 MD_MAX_LEN = 2048
 BULK_MAX = 1 << 32
 
@@ -93,6 +94,8 @@ def seeds():
     s["ok-stream-open-md"] = frame(REQUEST, auth, flags=F_STREAM, method=m_echo)
     s["ok-stream-message"] = frame(MESSAGE, payload=b"\x08\x01", call_id=0x100001)
     s["ok-stream-message-empty"] = frame(MESSAGE, call_id=0x100001)
+    s["ok-stream-message-piece"] = frame(MESSAGE, payload=b"\x00" * 100, flags=F_MORE,
+                                         call_id=0x100001)
     s["ok-stream-window"] = frame(WINDOW, call_id=0x100001, res12=8)
     s["ok-stream-headers"] = frame(HEADERS, one, call_id=0x100001)
     s["ok-stream-half-close"] = frame(HALF_CLOSE, call_id=0x100001)
@@ -108,7 +111,7 @@ def seeds():
     s["bad-type-0"] = frame(0)
     s["bad-type-10"] = frame(10)
     s["bad-flags"] = frame(REQUEST, flags=0x8001, blen=1)
-    s["bad-flags-8"] = frame(REQUEST, flags=0x8, blen=1)
+    s["bad-flags-10"] = frame(REQUEST, flags=0x10, blen=1)
     s["bad-reserved-12"] = frame(REQUEST, res12=1)
     s["bad-reserved-56"] = frame(REQUEST, res56=1 << 63)
     s["bad-len-beyond"] = frame(REQUEST, one, b"abc", payload_len=4)
@@ -147,6 +150,8 @@ def seeds():
     s["bad-stream-open-payload"] = frame(REQUEST, b"", b"x", flags=F_STREAM, method=m_echo)
     s["bad-stream-bulk"] = frame(REPLY, flags=F_STREAM | F_BULK, blen=4096)
     s["bad-stream-message-bulk"] = frame(MESSAGE, flags=F_BULK, blen=4096)
+    s["bad-stream-piece-empty"] = frame(MESSAGE, flags=F_MORE)
+    s["bad-stream-more-on-reply"] = frame(REPLY, payload=b"x", flags=F_MORE)
     # Bare metadata: the fuzzer also runs zcrpc__md_decode on the raw input.
     s["md-raw-pairs"] = auth
     s["md-raw-sixteen"] = sixteen

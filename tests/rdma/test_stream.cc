@@ -353,8 +353,8 @@ TEST_F(Stream, ClientStreamingAndABidirectionalPingPong)
 	};
 	Listen();
 
-	// Client-streaming: 300 messages of growing size (up to the largest
-	// one a message carries), written as the window allows, then one answer.
+	// Client-streaming: 300 messages of sizes up to 11 KB (some in
+	// pieces), written as the window allows, then one answer.
 	Seen sum;
 	zcrpc_stream *s = Start(sum);
 	ASSERT_EQ(zcrpc_stream_write(s, "sum", 3), ZCRPC_OK);
@@ -741,4 +741,109 @@ TEST_F(Stream, UnaryRepliesCarryInitialAndTrailingMetadataApart)
 	for (size_t k = 0; k < sizeof(zcrpc_result) - old_size; k++)
 		ASSERT_EQ(tail[k], 0x5a) << "byte " << k << " past the old struct was written";
 	zcrpc_result_free(&old.r);
+}
+
+// Messages larger than a frame go in pieces (docs/protocol.md §8): the
+// interop test's sizes both ways, a 1 MiB message, a finish and a
+// half-close right after a large write, and a reader's limit.
+TEST_F(Stream, MessagesLargerThanAFrameGoInPiecesBothWays)
+{
+	// The server answers each message with one of the size it names
+	// ("N" -> N bytes of a pattern), or, for "big-then-finish", writes
+	// 200 KiB and finishes at once.
+	auto pattern = [](size_t n, char seed) {
+		std::string m(n, '\0');
+		for (size_t k = 0; k < n; k++)
+			m[k] = static_cast<char>(seed + k * 7 + (k >> 10));
+		return m;
+	};
+	std::vector<size_t> got_sizes;
+	bool server_ok = true;
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		if (m == "big-then-finish") {
+			std::string big = pattern(200 * 1024, 'b');
+			EXPECT_EQ(zcrpc_stream_write(x.s, big.data(), big.size()), ZCRPC_OK);
+			EXPECT_EQ(zcrpc_stream_write(x.s, "x", 1), ZCRPC_RESOURCE_EXHAUSTED)
+				<< "the next write waits for the pieces";
+			EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+			return;
+		}
+		if (m.size() > 64) { // a large message from the client: check it
+			got_sizes.push_back(m.size());
+			server_ok = server_ok && m == pattern(m.size(), 'c');
+			return;
+		}
+		std::string r = pattern(std::stoul(m), 's');
+		EXPECT_EQ(zcrpc_stream_write(x.s, r.data(), r.size()), ZCRPC_OK);
+	};
+	svc_.on_half = [&](Seen &x) {
+		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	Listen();
+
+	// Ping-pong with gRPC's interop sizes, answers of 31415, 9, 2653, 58979.
+	Seen pp;
+	zcrpc_stream *s = Start(pp);
+	const size_t sizes[] = {31415, 9, 2653, 58979};
+	size_t round = 0;
+	pp.on_msg = [&](Seen &x, const std::string &m) {
+		EXPECT_EQ(m, pattern(sizes[round], 's')) << "answer " << round;
+		if (++round < 4) {
+			std::string n = std::to_string(sizes[round]);
+			EXPECT_EQ(zcrpc_stream_write(x.s, n.data(), n.size()), ZCRPC_OK);
+		} else {
+			EXPECT_EQ(zcrpc_stream_close_send(x.s), ZCRPC_OK);
+		}
+	};
+	ASSERT_EQ(zcrpc_stream_write(s, "31415", 5), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return pp.finished; }, 60000));
+	EXPECT_EQ(pp.status, ZCRPC_OK) << pp.message;
+	EXPECT_EQ(round, 4u);
+
+	// The client writes 1 MiB and 5000 bytes, half-closing right after the
+	// second (the half-close goes after its pieces).
+	Seen up;
+	zcrpc_stream *u = Start(up);
+	std::string mib = pattern(1 << 20, 'c'), mid = pattern(5000, 'c');
+	ASSERT_EQ(zcrpc_stream_write(u, mib.data(), mib.size()), ZCRPC_OK);
+	EXPECT_FALSE(zcrpc_stream_can_write(u));
+	EXPECT_EQ(zcrpc_stream_write(u, mid.data(), mid.size()), ZCRPC_RESOURCE_EXHAUSTED)
+		<< "refused until the pieces went; on_writable follows";
+	up.on_writable = [&](Seen &x) {
+		EXPECT_EQ(zcrpc_stream_write(x.s, mid.data(), mid.size()), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_stream_close_send(x.s), ZCRPC_OK);
+		x.on_writable = nullptr;
+	};
+	ASSERT_TRUE(Until([&] { return up.finished; }, 60000));
+	EXPECT_EQ(up.status, ZCRPC_OK) << up.message;
+	EXPECT_EQ(got_sizes, (std::vector<size_t>{size_t(1) << 20, 5000}));
+	EXPECT_TRUE(server_ok) << "a large message arrived changed";
+
+	// A finish right after a large write: the message, then the status.
+	Seen fin;
+	zcrpc_stream *f = Start(fin);
+	ASSERT_EQ(zcrpc_stream_write(f, "big-then-finish", 15), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return fin.finished; }, 60000));
+	EXPECT_EQ(fin.status, ZCRPC_OK) << fin.message;
+	ASSERT_EQ(fin.msgs.size(), 1u);
+	EXPECT_EQ(fin.msgs[0], pattern(200 * 1024, 'b'));
+
+	// A reader's limit: 100 KiB; the server's 200 KiB message ends the
+	// stream RESOURCE_EXHAUSTED at the client, CANCELLED at the server.
+	Seen lim;
+	zcrpc_stream_opts o;
+	zcrpc_stream_opts_init(&o);
+	o.max_message = 100 * 1024;
+	zcrpc_stream *l = Start(lim, &o);
+	ASSERT_EQ(zcrpc_stream_write(l, "big-then-finish", 15), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return lim.finished; }, 60000));
+	EXPECT_EQ(lim.status, ZCRPC_RESOURCE_EXHAUSTED) << lim.message;
+	EXPECT_EQ(lim.message, "a stream message above the reader's limit");
+	EXPECT_TRUE(lim.msgs.empty());
+	std::string huge(zcrpc_stream_max_message(l) + 1, 'h');
+	Seen z;
+	zcrpc_stream *zs = Start(z);
+	EXPECT_EQ(zcrpc_stream_write(zs, huge.data(), huge.size()), ZCRPC_INVALID_ARGUMENT);
+	EXPECT_EQ(zcrpc_stream_cancel(zs), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return z.finished; }));
 }

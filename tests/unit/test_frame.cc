@@ -462,6 +462,22 @@ TEST(FrameStream, BrokenStreamFramesAreRefusedWithTheirReason)
 	f.flags = ZCRPC_FRAME_F_BULK;
 	f.bulk_len = 4096;
 	ExpectReject(BuildFitting(f), "bulk flag on frame type");
+	// A piece of a large message (MORE): on a MESSAGE only, never empty.
+	f = Sample(ZCRPC_FRAME_MESSAGE);
+	f.flags = ZCRPC_FRAME_F_MORE;
+	ExpectReject(BuildFitting(f), "an empty piece of a message");
+	auto piece = BuildFitting(f, {}, body);
+	zcrpc_frame out{};
+	char why[256] = "";
+	EXPECT_EQ(zcrpc__frame_decode(piece.data(), piece.size(), &out, why, sizeof(why)), ZCRPC_OK)
+		<< why;
+	EXPECT_EQ(out.flags, ZCRPC_FRAME_F_MORE);
+	for (uint8_t t : {ZCRPC_FRAME_REQUEST, ZCRPC_FRAME_REPLY, ZCRPC_FRAME_HEADERS}) {
+		f = Sample(t);
+		f.flags = ZCRPC_FRAME_F_MORE;
+		SCOPED_TRACE("type " + std::to_string(t));
+		ExpectReject(BuildFitting(f), "more flag on frame type");
+	}
 }
 
 TEST(FrameReject, LengthsBeyondTheSlot)
