@@ -252,14 +252,14 @@ size_t zcrpc_stream_max_message(const zcrpc_stream *s)
 	return s ? zcrpc__worker_max_msg(s->w) - ZCRPC_FRAME_HDR_LEN : 0;
 }
 
-zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
+/* One message: copied from @data, or written by @fill into the slot. */
+static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
+			      void *ctx, const void *data)
 {
 	struct zcrpc__out out;
 	struct zcrpc_frame f;
 	zcrpc_status st;
 
-	if (!s || (len && !data))
-		return ZCRPC_INVALID_ARGUMENT;
 	if (s->ended || s->half_local)
 		return ZCRPC_FAILED_PRECONDITION;
 	if (len > zcrpc_stream_max_message(s))
@@ -271,13 +271,28 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_MESSAGE;
 	f.call_id = s->ref;
-	st = zcrpc__out_build(s->w, &f, NULL, 0, len, NULL, NULL, data, &out);
+	st = zcrpc__out_build(s->w, &f, NULL, 0, len, fill, ctx, data, &out);
 	if (st != ZCRPC_OK)
 		return st;
 	s->send_window--;
 	s->sent_any = 1;
 	zcrpc__stream_send(s, &out);
 	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
+{
+	if (!s || (len && !data))
+		return ZCRPC_INVALID_ARGUMENT;
+	return write_msg(s, len, NULL, NULL, data);
+}
+
+zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
+				     zcrpc_fill_fn fill, void *ctx)
+{
+	if (!s || (len && !fill))
+		return ZCRPC_INVALID_ARGUMENT;
+	return write_msg(s, len, fill, ctx, NULL);
 }
 
 int zcrpc_stream_can_write(const zcrpc_stream *s)
