@@ -24,7 +24,9 @@
  * stream (the channel's worker, or the worker of the server's connection:
  * its callbacks run there), like the connection functions; from another
  * thread, post to that worker with zcrpc_worker_post(). Callbacks never
- * run inside a zcrpc_stream_* call: they run from the worker's progress.
+ * run inside a zcrpc_stream_* call: they run from the worker's progress
+ * (the fill function of zcrpc_stream_write_fill(), which writes the
+ * message, is no callback of the stream: it runs inside that call).
  *
  * Ownership: the library owns every zcrpc_stream. It stays valid from
  * zcrpc_stream_start() (client) or on_open (server) until on_finish

@@ -151,7 +151,11 @@ zcrpc_status zcrpc_pb_stream_start(zcrpc_channel *ch, uint32_t method,
 	return st;
 }
 
-/* ---- server: the caller's handlers, kept for the server's life ------------ */
+/* ---- server: the caller's handlers, kept for the server's life ------------
+ * The raw registration copies its handlers but has no hook to free what
+ * their arg points to, so the caller's struct itself is the arg. A field
+ * added to zcrpc_pb_stream_handlers later must be read only when the
+ * caller's h->size covers it (an older caller's struct is shorter). */
 
 static void s_open(zcrpc_stream *s, const zcrpc_stream_open *open, void *arg)
 {
