@@ -42,7 +42,8 @@ std::vector<zcrpc_md> MdOf(const Md &m)
 	return v;
 }
 
-// A Num (its tag points into @tag, which must outlive it).
+// A Num whose tag points at @tag, which must outlive it (a named string:
+// a temporary would be gone before the Num is packed).
 Num MakeNum(int64_t v, const std::string &tag)
 {
 	Num n = ZCRPC__PBSTREAM__NUM__INIT;
@@ -50,6 +51,14 @@ Num MakeNum(int64_t v, const std::string &tag)
 	n.tag = const_cast<char *>(tag.c_str());
 	return n;
 }
+Num MakeNum(int64_t v, const char *tag)
+{
+	Num n = ZCRPC__PBSTREAM__NUM__INIT;
+	n.v = v;
+	n.tag = const_cast<char *>(tag);
+	return n;
+}
+Num MakeNum(int64_t, std::string &&) = delete;
 
 // Bytes that are no Num: field 2 (tag) claims 5 bytes, 2 follow.
 const char kNotANum[] = "\x12\x05" "ab";
