@@ -6,9 +6,13 @@
  * -o F` wrote; PROTO_NAME is the file's name in it (its path relative to
  * the import directory). Writes OUT_DIR/STEM.zcrpc.h and .c next to
  * protoc-c's STEM.pb-c.h: per method a typed synchronous call, a typed
- * asynchronous call and, per service, a registration helper. Streaming
- * methods are refused ("file:line: method X is streaming"): protoc-c would
- * silently generate unary stubs for them.
+ * asynchronous call and, per service, a registration helper; per
+ * streaming method (server, client or bidirectional streaming, over
+ * zcrpc/stream.h) a typed start with typed handlers, write, close_send and
+ * cancel for the client, and typed handlers, a registration, reply and
+ * finish for the server. A service's registration helper serves its unary
+ * methods only (protoc-c's service struct, whose stubs protoc-c writes as
+ * unary for streaming methods too, cannot serve a stream).
  *
  * protoc-c's C naming is reproduced here (its c_helpers.cc: ToCamel,
  * CamelToLower, CamelToUpper, FullNameTo*), including protobuf-c's file
@@ -496,12 +500,202 @@ static void emit_method(const char *full, const char *svc_c,
 	free(path.p);
 }
 
+static const char kStreams[] =
+	"/*\n"
+	" * Streaming methods (zcrpc/stream.h: its rules apply, e.g. every call\n"
+	" * on the stream's worker thread, on_finish exactly once, the stream\n"
+	" * valid until on_finish returns):\n"
+	" * - X__Y__start() opens a stream with typed handlers (X__Y_ZcrpcClient,\n"
+	" *   copied; on_finish required, other callbacks may be NULL).\n"
+	" *   X__Y__write() packs a request straight into registered memory (the\n"
+	" *   message stays the caller's), X__Y__close_send() half-closes,\n"
+	" *   X__Y__cancel() cancels. A server-streaming method takes one write\n"
+	" *   and a close_send; a client-streaming one answers one message.\n"
+	" * - X__Y__zcrpc_register() serves a streaming method with impl's typed\n"
+	" *   handlers (X__Y_ZcrpcServer; its base is the library's, filled by\n"
+	" *   the registration); impl must outlive the server, unchanged.\n"
+	" *   X__Y__reply() writes a reply, X__Y__finish() ends the stream with a\n"
+	" *   status and trailing metadata.\n"
+	" * - A message given to on_message is the library's, valid only during\n"
+	" *   the callback (copy what you keep). One that does not unpack ends\n"
+	" *   the stream: a server finishes it INTERNAL (\"message does not unpack\n"
+	" *   as T\", which both on_finish read); a client cancels it (the server\n"
+	" *   reads CANCELLED) and its own on_finish reads INTERNAL.\n"
+	" * - arg is the handlers' pointer; per-stream state goes in\n"
+	" *   zcrpc_stream_set_user(). Every zcrpc_stream_* function (pause,\n"
+	" *   send_headers, can_write, ...) works on the stream given.\n"
+	" */\n";
+
+static const char *stream_kind(const MethodProto *mp)
+{
+	if (mp->client_streaming && mp->server_streaming)
+		return "bidirectional streaming";
+	return mp->client_streaming ? "client streaming" : "server streaming";
+}
+
+/* One streaming method's declarations (@h) and stubs (@c) in service @full:
+ * the client's typed start, write, close_send and cancel, the server's
+ * typed handlers, registration, reply and finish. */
+static void emit_stream(const char *full, const char *svc_c,
+			const char *svc_lower, const char *svc_upper,
+			const MethodProto *mp, struct str *h, struct str *c)
+{
+	char *in_c = type_name(mp->input_type, CNAME);
+	char *out_c = type_name(mp->output_type, CNAME);
+	char *in_lower = type_name(mp->input_type, LOWER);
+	char *out_lower = type_name(mp->output_type, LOWER);
+	char *m_lower = camel(mp->name, LOWER), *m_upper = camel(mp->name, UPPER);
+	struct str path = {0}, mc = {0}, t = {0}, f = {0}, u = {0};
+
+	to_camel(&mc, mp->name, strlen(mp->name));
+	sprintf_(&path, "/%s/%s", full, mp->name);
+	sprintf_(&t, "%s__%s", svc_c, mc.p);	       /* type prefix */
+	sprintf_(&f, "%s__%s", svc_lower, m_lower);    /* function prefix */
+	sprintf_(&u, "%s__%s", svc_upper, m_upper);    /* macro prefix */
+
+	sprintf_(h, "\n/* %s: %s%s -> %s%s (%s) */\n", path.p,
+		 mp->client_streaming ? "stream " : "", in_c,
+		 mp->server_streaming ? "stream " : "", out_c, stream_kind(mp));
+	sprintf_(h, "#define %s__ZCRPC_NAME \"%s\"\n", u.p, path.p);
+	sprintf_(h, "#define %s__ZCRPC_ID 0x%08xu\n", u.p, zcrpc__fnv1a(path.p));
+	sprintf_(h,
+		 "typedef void (*%s_ZcrpcOnReply)(zcrpc_stream *s,\n"
+		 "\tconst %s *msg, void *arg);\n"
+		 "typedef void (*%s_ZcrpcOnRequest)(zcrpc_stream *s,\n"
+		 "\tconst %s *msg, void *arg);\n",
+		 t.p, out_c, t.p, in_c);
+	sprintf_(h,
+		 "/* Client: the stream's typed callbacks (zcrpc_stream_handlers'). */\n"
+		 "typedef struct %s_ZcrpcClient {\n"
+		 "\tvoid (*on_headers)(zcrpc_stream *s, const zcrpc_md *md,\n"
+		 "\t\tsize_t n_md, void *arg);\n"
+		 "\t%s_ZcrpcOnReply on_message;\n"
+		 "\tvoid (*on_writable)(zcrpc_stream *s, void *arg);\n"
+		 "\tvoid (*on_finish)(zcrpc_stream *s, const zcrpc_stream_end *end,\n"
+		 "\t\tvoid *arg);\n"
+		 "\tvoid *arg;\n"
+		 "} %s_ZcrpcClient;\n",
+		 t.p, t.p, t.p);
+	sprintf_(h,
+		 "zcrpc_status %s__start(zcrpc_channel *ch,\n"
+		 "\tconst zcrpc_stream_opts *o, const %s_ZcrpcClient *h,\n"
+		 "\tzcrpc_stream **s);\n"
+		 "zcrpc_status %s__write(zcrpc_stream *s, const %s *msg);\n"
+		 "zcrpc_status %s__close_send(zcrpc_stream *s);\n"
+		 "zcrpc_status %s__cancel(zcrpc_stream *s);\n",
+		 f.p, t.p, f.p, in_c, f.p, f.p);
+	sprintf_(h,
+		 "/* Server: the method's typed callbacks (zcrpc_stream_handlers'). */\n"
+		 "typedef struct %s_ZcrpcServer {\n"
+		 "\tzcrpc_pb_stream_handlers base; /* the library's */\n"
+		 "\tvoid (*on_open)(zcrpc_stream *s, const zcrpc_stream_open *open,\n"
+		 "\t\tvoid *arg);\n"
+		 "\t%s_ZcrpcOnRequest on_message;\n"
+		 "\tvoid (*on_half_close)(zcrpc_stream *s, void *arg);\n"
+		 "\tvoid (*on_writable)(zcrpc_stream *s, void *arg);\n"
+		 "\tvoid (*on_finish)(zcrpc_stream *s, const zcrpc_stream_end *end,\n"
+		 "\t\tvoid *arg);\n"
+		 "\tvoid *arg;\n"
+		 "} %s_ZcrpcServer;\n",
+		 t.p, t.p, t.p);
+	sprintf_(h,
+		 "zcrpc_status %s__zcrpc_register(zcrpc_server *srv,\n"
+		 "\t%s_ZcrpcServer *impl);\n"
+		 "zcrpc_status %s__reply(zcrpc_stream *s, const %s *msg);\n"
+		 "zcrpc_status %s__finish(zcrpc_stream *s, zcrpc_status status,\n"
+		 "\tconst char *message, const zcrpc_md *md, size_t n_md);\n",
+		 f.p, t.p, f.p, out_c, f.p);
+
+	/* client */
+	sprintf_(c,
+		 "\nstatic void %s__on_reply(zcrpc_stream *s,\n"
+		 "\tconst ProtobufCMessage *msg, zcrpc_pb_fn fn, void *arg)\n{\n"
+		 "\t((%s_ZcrpcOnReply)fn)(s, (const %s *)msg, arg);\n}\n",
+		 f.p, t.p, out_c);
+	sprintf_(c,
+		 "\nzcrpc_status %s__start(zcrpc_channel *ch,\n"
+		 "\tconst zcrpc_stream_opts *o, const %s_ZcrpcClient *h,\n"
+		 "\tzcrpc_stream **s)\n{\n"
+		 "\tzcrpc_pb_stream_handlers g = {.size = sizeof(g),\n"
+		 "\t\t.in = &%s__descriptor};\n\n"
+		 "\tif (!h)\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n"
+		 "\tg.on_headers = h->on_headers;\n"
+		 "\tif (h->on_message) {\n"
+		 "\t\tg.on_message = %s__on_reply;\n"
+		 "\t\tg.on_message_fn = (zcrpc_pb_fn)h->on_message;\n\t}\n"
+		 "\tg.on_writable = h->on_writable;\n"
+		 "\tg.on_finish = h->on_finish;\n"
+		 "\tg.arg = h->arg;\n"
+		 "\treturn zcrpc_pb_stream_start(ch, %s__ZCRPC_ID, o, &g, s);\n}\n",
+		 f.p, t.p, out_lower, f.p, u.p);
+	sprintf_(c,
+		 "\nzcrpc_status %s__write(zcrpc_stream *s, const %s *msg)\n{\n"
+		 "\treturn zcrpc_pb_stream_write(s, (const ProtobufCMessage *)msg);\n}\n",
+		 f.p, in_c);
+	sprintf_(c,
+		 "\nzcrpc_status %s__close_send(zcrpc_stream *s)\n{\n"
+		 "\treturn zcrpc_stream_close_send(s);\n}\n"
+		 "\nzcrpc_status %s__cancel(zcrpc_stream *s)\n{\n"
+		 "\treturn zcrpc_stream_cancel(s);\n}\n",
+		 f.p, f.p);
+	/* server */
+	sprintf_(c,
+		 "\nstatic void %s__on_request(zcrpc_stream *s,\n"
+		 "\tconst ProtobufCMessage *msg, zcrpc_pb_fn fn, void *arg)\n{\n"
+		 "\t((%s_ZcrpcOnRequest)fn)(s, (const %s *)msg, arg);\n}\n",
+		 f.p, t.p, in_c);
+	sprintf_(c,
+		 "\nzcrpc_status %s__zcrpc_register(zcrpc_server *srv,\n"
+		 "\t%s_ZcrpcServer *impl)\n{\n"
+		 "\tzcrpc_pb_stream_handlers g = {.size = sizeof(g),\n"
+		 "\t\t.in = &%s__descriptor};\n\n"
+		 "\tif (!impl)\n\t\treturn ZCRPC_INVALID_ARGUMENT;\n"
+		 "\tg.on_open = impl->on_open;\n"
+		 "\tif (impl->on_message) {\n"
+		 "\t\tg.on_message = %s__on_request;\n"
+		 "\t\tg.on_message_fn = (zcrpc_pb_fn)impl->on_message;\n\t}\n"
+		 "\tg.on_half_close = impl->on_half_close;\n"
+		 "\tg.on_writable = impl->on_writable;\n"
+		 "\tg.on_finish = impl->on_finish;\n"
+		 "\tg.arg = impl->arg;\n"
+		 "\timpl->base = g;\n"
+		 "\treturn zcrpc_pb_server_register_stream(srv, %s__ZCRPC_NAME,\n"
+		 "\t\t&impl->base);\n}\n",
+		 f.p, t.p, in_lower, f.p, u.p);
+	sprintf_(c,
+		 "\nzcrpc_status %s__reply(zcrpc_stream *s, const %s *msg)\n{\n"
+		 "\treturn zcrpc_pb_stream_write(s, (const ProtobufCMessage *)msg);\n}\n",
+		 f.p, out_c);
+	sprintf_(c,
+		 "\nzcrpc_status %s__finish(zcrpc_stream *s, zcrpc_status status,\n"
+		 "\tconst char *message, const zcrpc_md *md, size_t n_md)\n{\n"
+		 "\treturn zcrpc_stream_finish(s, status, message, md, n_md);\n}\n",
+		 f.p);
+	free(in_c);
+	free(out_c);
+	free(in_lower);
+	free(out_lower);
+	free(m_lower);
+	free(m_upper);
+	free(path.p);
+	free(mc.p);
+	free(t.p);
+	free(f.p);
+	free(u.p);
+}
+
+static int streams(const MethodProto *mp)
+{
+	return mp->client_streaming || mp->server_streaming;
+}
+
 /* One service's methods and its registration function. */
 static void emit_service(const FileProto *fp, const ServiceProto *sp,
 			 struct str *h, struct str *c)
 {
 	struct str full = {0};
 	char *svc_c, *svc_lower, *svc_upper;
+	size_t n_stream = 0;
 
 	if (fp->package && *fp->package)
 		sprintf_(&full, "%s.%s", fp->package, sp->name);
@@ -513,29 +707,72 @@ static void emit_service(const FileProto *fp, const ServiceProto *sp,
 
 	sprintf_(h, "\n/* ---- service %s ---- */\n", full.p);
 	sprintf_(c, "\n/* ---- service %s ---- */\n", full.p);
-	for (size_t mi = 0; mi < sp->n_method; mi++)
-		emit_method(full.p, svc_c, svc_lower, svc_upper, sp->method[mi],
-			    h, c);
+	for (size_t mi = 0; mi < sp->n_method; mi++) {
+		if (streams(sp->method[mi])) {
+			emit_stream(full.p, svc_c, svc_lower, svc_upper,
+				    sp->method[mi], h, c);
+			n_stream++;
+		} else {
+			emit_method(full.p, svc_c, svc_lower, svc_upper,
+				    sp->method[mi], h, c);
+		}
+	}
+	if (n_stream && n_stream == sp->n_method)
+		goto out; /* no unary method: nothing for protoc-c's service */
 
+	if (!n_stream)
+		sprintf_(h,
+			 "\n/* Serves every method of %s on @s (see above); a method "
+			 "whose\n"
+			 " * handler is NULL answers UNIMPLEMENTED, as in gRPC. "
+			 "INVALID_ARGUMENT\n"
+			 " * when impl is not a %s service; otherwise as\n"
+			 " * zcrpc_pb_server_register(). */\n",
+			 full.p, full.p);
+	else
+		sprintf_(h,
+			 "\n/* Serves the unary methods of %s on @s (see above); a "
+			 "method whose\n"
+			 " * handler is NULL answers UNIMPLEMENTED, as in gRPC. Its "
+			 "streaming\n"
+			 " * methods are served by their own X__Y__zcrpc_register() "
+			 "(impl's\n"
+			 " * handler slots for them are never called). INVALID_ARGUMENT "
+			 "when\n"
+			 " * impl is not a %s service; otherwise as\n"
+			 " * zcrpc_pb_server_register(). */\n",
+			 full.p, full.p);
 	sprintf_(h,
-		 "\n/* Serves every method of %s on @s (see above); a method "
-		 "whose\n"
-		 " * handler is NULL answers UNIMPLEMENTED, as in gRPC. "
-		 "INVALID_ARGUMENT\n"
-		 " * when impl is not a %s service; otherwise as\n"
-		 " * zcrpc_pb_server_register(). */\n"
 		 "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
 		 "\t%s_Service *impl);\n",
-		 full.p, full.p, svc_lower, svc_c);
+		 svc_lower, svc_c);
 	sprintf_(c,
 		 "\nzcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
-		 "\t%s_Service *impl)\n{\n"
+		 "\t%s_Service *impl)\n{\n",
+		 svc_lower, svc_c);
+	if (n_stream) {
+		size_t k = 0;
+
+		sputs(c, "\tstatic const unsigned unary[] = {");
+		for (size_t mi = 0; mi < sp->n_method; mi++)
+			if (!streams(sp->method[mi]))
+				sprintf_(c, "%s%zuu", k++ ? ", " : "", mi);
+		sputs(c, "};\n\n");
+	}
+	sprintf_(c,
 		 "\tif (!s || !impl || impl->base.descriptor != "
 		 "&%s__descriptor ||\n"
 		 "\t    %s__descriptor.n_methods != %zuu)\n"
 		 "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
-		 svc_lower, svc_c, svc_lower, svc_lower, sp->n_method);
-	sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
+		 svc_lower, svc_lower, sp->n_method);
+	if (n_stream)
+		sprintf_(c,
+			 "\treturn zcrpc_pb_server_register_methods(s, &impl->base, "
+			 "unary,\n\t\t%zuu);\n}\n",
+			 sp->n_method - n_stream);
+	else
+		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
+out:
 	free(svc_c);
 	free(svc_lower);
 	free(svc_upper);
@@ -557,6 +794,12 @@ static int emit(const FileProto *fp, const char *stem, struct str *h,
 	sprintf_(h, "#include <zcrpc/pb.h>\n\n#include \"%s.pb-c.h\"\n\n", stem);
 	sputs(h, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
 	sputs(h, kWhoFrees);
+	for (size_t si = 0, done = 0; si < fp->n_service && !done; si++)
+		for (size_t mi = 0; mi < fp->service[si]->n_method && !done; mi++)
+			if (streams(fp->service[si]->method[mi])) {
+				sputs(h, kStreams);
+				done = 1;
+			}
 
 	sprintf_(c, "/* Generated by zcrpc-gen from %s. Do not edit. */\n", fp->name);
 	sprintf_(c, "#include \"%s.zcrpc.h\"\n", stem);
@@ -580,11 +823,28 @@ static int write_file(const char *path, const struct str *s)
 	return 0;
 }
 
+/* The suffixes zcrpc-gen puts after a method's lower-case name (unary:
+ * __call, __async; streaming: the rest), whichever kind the method is. */
+static int stub_suffix(const char *rest)
+{
+	static const char *const sfx[] = {
+		"__call", "__async", "__start", "__write", "__close_send",
+		"__cancel", "__zcrpc_register", "__reply", "__finish",
+		"__on_reply", "__on_request", "__done",
+	};
+
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++)
+		if (strcmp(rest, sfx[i]) == 0)
+			return 1;
+	return 0;
+}
+
 /* Refuses, with file:line, methods whose generated C names would clash:
  * two methods mapping to the same lower-case or CamelCase name (FooBar and
- * foo_bar), a method X__call/X__async next to a method X (protoc-c's own
- * client function for one is zcrpc-gen's stub for the other), and a method
- * named like the registration helper. Returns the number of clashes. */
+ * foo_bar), a method X__call, X__async, X__start, ... (stub_suffix) next to
+ * a method X (protoc-c's own client function for one is zcrpc-gen's stub
+ * for the other), and a method named like the registration helper.
+ * Returns the number of clashes. */
 static int check_names(const FileProto *fp)
 {
 	int bad = 0;
@@ -612,8 +872,7 @@ static int check_names(const FileProto *fp)
 				to_camel(&cb, sp->method[b]->name, strlen(sp->method[b]->name));
 				n = strlen(lb);
 				if ((b < a && (strcmp(la, lb) == 0 || strcmp(ca.p, cb.p) == 0)) ||
-				    (strncmp(la, lb, n) == 0 &&
-				     (strcmp(la + n, "__call") == 0 || strcmp(la + n, "__async") == 0))) {
+				    (strncmp(la, lb, n) == 0 && stub_suffix(la + n))) {
 					why = "another method";
 					other = b;
 				}
@@ -751,8 +1010,6 @@ int main(int argc, char **argv)
 	struct str h = {0}, c = {0}, stem = {0}, hp = {0}, cp = {0};
 	uint8_t *buf;
 	size_t len = 0;
-	int bad = 0;
-
 	if (argc != 4) {
 		fprintf(stderr, "usage: zcrpc-gen DESCRIPTOR_SET PROTO_NAME OUT_DIR\n");
 		return 2;
@@ -774,25 +1031,6 @@ int main(int argc, char **argv)
 	if (!fp) {
 		fprintf(stderr, "zcrpc-gen: %s: no file %s in it\n", argv[1], argv[2]);
 		return 2;
-	}
-	for (size_t si = 0; si < fp->n_service; si++)
-		for (size_t mi = 0; mi < fp->service[si]->n_method; mi++) {
-			const MethodProto *mp = fp->service[si]->method[mi];
-			int line;
-
-			if (!mp->client_streaming && !mp->server_streaming)
-				continue;
-			line = method_line(fp, si, mi);
-			if (line)
-				fprintf(stderr, "%s:%d: method %s is streaming\n", fp->name, line,
-					mp->name);
-			else
-				fprintf(stderr, "%s: method %s is streaming\n", fp->name, mp->name);
-			bad = 1;
-		}
-	if (bad) {
-		fprintf(stderr, "zcrpc-gen: zcrpc calls are unary; no stubs written\n");
-		return 1;
 	}
 	if (check_protoc_c(fp)) {
 		fprintf(stderr, "zcrpc-gen: protoc-c's code for %s would not compile or not "

@@ -20,6 +20,7 @@
 #include "zcrpc/export.h"
 #include "zcrpc/rpc.h"
 #include "zcrpc/status.h"
+#include "zcrpc/stream.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -187,6 +188,123 @@ ZCRPC_API zcrpc_server_call *zcrpc_pb_server_get_call(const void *closure_data);
  * process because their closure_data named no call in progress (a closure
  * called twice). Any thread. */
 ZCRPC_API uint64_t zcrpc_pb_server_get_closures_ignored(void);
+
+/* ---- streams of messages (zcrpc/stream.h; what generated stubs use) ------
+ *
+ * A streaming method's messages are protobuf-c messages, one per stream
+ * message: written packed straight into registered memory, received
+ * unpacked with the budgeted allocator above. Everything else (windows,
+ * half-close, pause, metadata, the stream's user pointer) is the raw
+ * stream's: the callbacks get the zcrpc_stream, and every zcrpc_stream_*
+ * function works on it, under stream.h's rules (worker thread only).
+ */
+
+/**
+ * zcrpc_pb_stream_write - zcrpc_stream_write() of @msg, packed straight
+ * into the frame's registered memory (zcrpc_stream_write_fill()). @msg
+ * stays the caller's; it may be freed when this returns. Errors as
+ * zcrpc_stream_write(): INVALID_ARGUMENT also for a NULL @msg and for a
+ * message whose packed size is above zcrpc_stream_max_message().
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_stream_write(zcrpc_stream *s,
+					     const ProtobufCMessage *msg);
+
+/**
+ * zcrpc_pb_stream_unpack - unpack the @len bytes at @data (a stream's
+ * message, never read beyond) as @desc with the budgeted allocator
+ * (ZCRPC_PB_UNPACK_BUDGET plus twice @len). OK: *@out is the message, the
+ * caller's: free it with protobuf_c_message_free_unpacked(*out, NULL).
+ * Otherwise *@out is NULL and the status is INTERNAL (the bytes are not
+ * that message), RESOURCE_EXHAUSTED (beyond the budget) or
+ * INVALID_ARGUMENT (NULL arguments, @desc not a message descriptor).
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_stream_unpack(const ProtobufCMessageDescriptor *desc,
+					      const void *data, size_t len,
+					      ProtobufCMessage **out);
+
+/** A typed on_message as the glue calls it: @msg is the unpacked message
+ * (the library's, freed when the callback returns), @fn and @arg what the
+ * handlers gave (on_message_fn, arg). Generated stubs cast @fn back to the
+ * method's typed callback. */
+typedef void (*zcrpc_pb_stream_msg_fn)(zcrpc_stream *s,
+				       const ProtobufCMessage *msg,
+				       zcrpc_pb_fn fn, void *arg);
+
+/**
+ * The callbacks of a stream of protobuf-c messages: those of
+ * zcrpc_stream_handlers, with on_message given the message unpacked as
+ * @in. Zero the struct, set @size to sizeof(zcrpc_pb_stream_handlers),
+ * then the ones wanted; a NULL callback is skipped.
+ *
+ * A message that does not unpack as @in (or exceeds the unpack budget)
+ * reaches no on_message and ends the stream: a server's stream is
+ * finished with INTERNAL (RESOURCE_EXHAUSTED beyond the budget) and
+ * "message does not unpack as <type>", which the client's on_finish
+ * reads and the server's on_finish reads too; a client's stream is
+ * cancelled (the server's on_finish reads CANCELLED) and its own on_finish
+ * reads INTERNAL (or RESOURCE_EXHAUSTED) with that message instead of
+ * CANCELLED. Messages after it are not delivered.
+ */
+typedef struct zcrpc_pb_stream_handlers {
+	size_t size; /**< sizeof(zcrpc_pb_stream_handlers) */
+	/** The type of the messages that arrive (a client's replies, a
+	 * server's requests). Required. */
+	const ProtobufCMessageDescriptor *in;
+	/** Server: as zcrpc_stream_handlers.on_open (optional here). */
+	void (*on_open)(zcrpc_stream *s, const zcrpc_stream_open *open,
+			void *arg);
+	/** Client: the server's initial metadata. */
+	void (*on_headers)(zcrpc_stream *s, const zcrpc_md *md, size_t n_md,
+			   void *arg);
+	zcrpc_pb_stream_msg_fn on_message;
+	zcrpc_pb_fn on_message_fn; /**< passed to on_message untouched */
+	/** Server: the client half-closed. */
+	void (*on_half_close)(zcrpc_stream *s, void *arg);
+	void (*on_writable)(zcrpc_stream *s, void *arg);
+	/** The last callback, always run once (required on a client). */
+	void (*on_finish)(zcrpc_stream *s, const zcrpc_stream_end *end,
+			  void *arg);
+	void *arg;
+	/* New fields go here (NULL must mean the old behaviour). */
+} zcrpc_pb_stream_handlers;
+
+/**
+ * zcrpc_pb_stream_start - zcrpc_stream_start() of @method on @ch with the
+ * typed callbacks @h (copied). *@out is the stream, the library's until
+ * on_finish returns; write with zcrpc_pb_stream_write(), half-close with
+ * zcrpc_stream_close_send(). Errors as zcrpc_stream_start() (nothing
+ * starts, no callback runs): INVALID_ARGUMENT also for a NULL @h->in or
+ * on_finish, RESOURCE_EXHAUSTED without memory.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_stream_start(zcrpc_channel *ch, uint32_t method,
+					     const zcrpc_stream_opts *o,
+					     const zcrpc_pb_stream_handlers *h,
+					     zcrpc_stream **out);
+
+/**
+ * zcrpc_pb_server_register_stream - zcrpc_server_register_stream() of
+ * @full_name ("/pkg.Service/Method") with the typed callbacks @h. @h is
+ * not copied: it must stay valid and unchanged while @s lives (as a
+ * service given to zcrpc_pb_server_register() does). Answer with
+ * zcrpc_pb_stream_write() and zcrpc_stream_finish(). Errors as
+ * zcrpc_server_register_stream(); INVALID_ARGUMENT also for a NULL
+ * @h->in.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_server_register_stream(zcrpc_server *s,
+						       const char *full_name,
+						       const zcrpc_pb_stream_handlers *h);
+
+/**
+ * zcrpc_pb_server_register_methods - zcrpc_pb_server_register() of the
+ * @n methods of @svc whose indices are in @methods only (the unary
+ * methods of a service that also has streaming ones, which protoc-c's
+ * service cannot serve). Errors as zcrpc_pb_server_register();
+ * INVALID_ARGUMENT also for an index beyond the service's methods.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_server_register_methods(zcrpc_server *s,
+							ProtobufCService *svc,
+							const unsigned *methods,
+							size_t n);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,9 @@
  * stream (the channel's worker, or the worker of the server's connection:
  * its callbacks run there), like the connection functions; from another
  * thread, post to that worker with zcrpc_worker_post(). Callbacks never
- * run inside a zcrpc_stream_* call: they run from the worker's progress.
+ * run inside a zcrpc_stream_* call: they run from the worker's progress
+ * (the fill function of zcrpc_stream_write_fill(), which writes the
+ * message, is no callback of the stream: it runs inside that call).
  *
  * Ownership: the library owns every zcrpc_stream. It stays valid from
  * zcrpc_stream_start() (client) or on_open (server) until on_finish
@@ -161,6 +163,20 @@ ZCRPC_API zcrpc_status zcrpc_server_register_stream(
  */
 ZCRPC_API zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data,
 					  size_t len);
+
+/**
+ * zcrpc_stream_write_fill - zcrpc_stream_write() of a @len-byte message
+ * that @fill writes straight into registered memory (the frame's own
+ * slot: this is how protobuf-c packs a stream's messages without an
+ * intermediate buffer; a message larger than a frame is written into the
+ * heap copy its pieces go from). @fill(dst, @len, @ctx) runs once, inside this
+ * call, and only when the message is queued (OK) and @len is not 0; it
+ * must write exactly @len bytes and call no zcrpc function. The same
+ * rules and errors as zcrpc_stream_write(): INVALID_ARGUMENT also for a
+ * NULL @fill with a length.
+ */
+ZCRPC_API zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
+					       zcrpc_fill_fn fill, void *ctx);
 
 /** Non-zero while a write would not be refused for the window. */
 ZCRPC_API int zcrpc_stream_can_write(const zcrpc_stream *s);

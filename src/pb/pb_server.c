@@ -247,28 +247,61 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	svc->invoke(svc, mi, sc->in, pb_closure, h);
 }
 
-zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
+static int svc_ok(const ProtobufCService *svc)
 {
 	const ProtobufCServiceDescriptor *d;
+
+	return svc && svc->invoke && (d = svc->descriptor) &&
+	       d->magic == PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC && d->name &&
+	       (!d->n_methods || d->methods);
+}
+
+/* Serves method @i of @svc as "/pkg.Service/Method". */
+static zcrpc_status register_one(zcrpc_server *s, ProtobufCService *svc,
+				 unsigned i)
+{
+	const ProtobufCServiceDescriptor *d = svc->descriptor;
 	zcrpc_status st;
-	unsigned i;
 	char *name;
 	size_t n;
 
-	if (!s || !svc || !svc->invoke || !(d = svc->descriptor) ||
-	    d->magic != PROTOBUF_C__SERVICE_DESCRIPTOR_MAGIC || !d->name ||
-	    (d->n_methods && !d->methods))
+	n = strlen(d->name) + strlen(d->methods[i].name) + 3;
+	if (!(name = malloc(n)))
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	snprintf(name, n, "/%s/%s", d->name, d->methods[i].name);
+	st = zcrpc_server_register(s, name, pb_handle, svc);
+	free(name);
+	return st;
+}
+
+zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
+{
+	zcrpc_status st;
+	unsigned i;
+
+	if (!s || !svc_ok(svc))
 		return ZCRPC_INVALID_ARGUMENT;
-	for (i = 0; i < d->n_methods; i++) {
-		n = strlen(d->name) + strlen(d->methods[i].name) + 3;
-		if (!(name = malloc(n)))
-			return ZCRPC_RESOURCE_EXHAUSTED;
-		snprintf(name, n, "/%s/%s", d->name, d->methods[i].name);
-		st = zcrpc_server_register(s, name, pb_handle, svc);
-		free(name);
-		if (st != ZCRPC_OK)
+	for (i = 0; i < svc->descriptor->n_methods; i++)
+		if ((st = register_one(s, svc, i)) != ZCRPC_OK)
 			return st;
-	}
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_pb_server_register_methods(zcrpc_server *s,
+					      ProtobufCService *svc,
+					      const unsigned *methods, size_t n)
+{
+	zcrpc_status st;
+	size_t i;
+
+	if (!s || !svc_ok(svc) || (n && !methods))
+		return ZCRPC_INVALID_ARGUMENT;
+	for (i = 0; i < n; i++)
+		if (methods[i] >= svc->descriptor->n_methods)
+			return ZCRPC_INVALID_ARGUMENT;
+	for (i = 0; i < n; i++)
+		if ((st = register_one(s, svc, methods[i])) != ZCRPC_OK)
+			return st;
 	return ZCRPC_OK;
 }
 

@@ -404,14 +404,14 @@ void zcrpc__stream_end_after_pieces(zcrpc_stream *s, struct zcrpc__out *out,
 	s->half_local = 1; /* nothing more is written */
 }
 
-zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
+/* One message: copied from @data, or written by @fill into the slot. */
+static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
+			      void *ctx, const void *data)
 {
 	struct zcrpc__out out;
 	struct zcrpc_frame f;
 	zcrpc_status st;
 
-	if (!s || (len && !data))
-		return ZCRPC_INVALID_ARGUMENT;
 	if (s->ended || s->half_local || s->half_after_big)
 		return ZCRPC_FAILED_PRECONDITION;
 	if (len > ZCRPC_STREAM_MAX_MESSAGE)
@@ -426,7 +426,10 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 		s->out_big = malloc(len);
 		if (!s->out_big)
 			return ZCRPC_RESOURCE_EXHAUSTED;
-		memcpy(s->out_big, data, len);
+		if (fill)
+			fill(s->out_big, len, ctx);
+		else
+			memcpy(s->out_big, data, len);
 		s->out_off = 0;
 		s->out_len = len;
 		s->sent_any = 1;
@@ -437,7 +440,7 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_MESSAGE;
 	f.call_id = s->ref;
-	st = zcrpc__out_build(s->w, &f, NULL, 0, len, NULL, NULL, data, &out);
+	st = zcrpc__out_build(s->w, &f, NULL, 0, len, fill, ctx, data, &out);
 	if (st != ZCRPC_OK)
 		return st;
 	s->send_window--;
@@ -445,6 +448,21 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 	zcrpc__stream_ic_message(s, 1, len);
 	zcrpc__stream_send(s, &out);
 	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
+{
+	if (!s || (len && !data))
+		return ZCRPC_INVALID_ARGUMENT;
+	return write_msg(s, len, NULL, NULL, data);
+}
+
+zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
+				     zcrpc_fill_fn fill, void *ctx)
+{
+	if (!s || (len && !fill))
+		return ZCRPC_INVALID_ARGUMENT;
+	return write_msg(s, len, fill, ctx, NULL);
 }
 
 int zcrpc_stream_can_write(const zcrpc_stream *s)

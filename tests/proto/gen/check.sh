@@ -43,6 +43,13 @@ import_depends)
 		exit 1
 	fi
 	;;
+streaming)
+	# A service of streaming methods only has no service registration.
+	if grep -q 'kk__only_streams__zcrpc_register' "$work/build/zcrpc-gen/stream_kinds.zcrpc.h"; then
+		echo "kk__only_streams__zcrpc_register written for a service without unary methods"
+		exit 1
+	fi
+	;;
 esac
 lib=$(dirname "$(find "$work/prefix" -name 'libzcrpc.so.0' | head -1)")
 LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/build/t"
