@@ -556,40 +556,6 @@ static zcrpc_status no_call(zcrpc_channel *ch)
 	return ZCRPC_RESOURCE_EXHAUSTED;
 }
 
-/* The channel's interceptors see the call start: what they add joins the
- * request's metadata in @all (*@co then points there). */
-static zcrpc_status intercept_start(zcrpc_channel *ch, uint32_t method,
-				    int64_t timeout_us, zcrpc_call_opts *co,
-				    zcrpc_md *all, struct zcrpc__icall *ic)
-{
-	zcrpc_md add[ZCRPC_INTERCEPT_MD_ROOM];
-	zcrpc_call_info info;
-	size_t n_add;
-	zcrpc_status st;
-
-	memset(&info, 0, sizeof(info));
-	info.size = sizeof(info);
-	info.method_id = method;
-	info.md = co->md;
-	info.n_md = co->n_md;
-	info.timeout_us = timeout_us ? timeout_us : -1;
-	st = zcrpc__cchain_start(&ch->ics, &info, add, &n_add, ic);
-	if (st != ZCRPC_OK || !n_add)
-		return st;
-	if (co->n_md + n_add > ZCRPC_MD_MAX_PAIRS) {
-		zcrpc__cchain_end(&ch->ics, ic, ZCRPC_INVALID_ARGUMENT,
-				  "too much metadata with the interceptors'",
-				  NULL, 0);
-		return ZCRPC_INVALID_ARGUMENT;
-	}
-	if (co->n_md)
-		memcpy(all, co->md, co->n_md * sizeof(*all));
-	memcpy(all + co->n_md, add, n_add * sizeof(*all));
-	co->md = all;
-	co->n_md += n_add;
-	return ZCRPC_OK;
-}
-
 zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 			      zcrpc_fill_fn fill, void *fill_ctx,
 			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
@@ -625,7 +591,8 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		return no_call(ch);
 	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
 	if (ch->ics.n) {
-		st = intercept_start(ch, method, timeout_us, &co, all_md, &ic);
+		st = zcrpc__cchain_start_md(&ch->ics, method, 0, timeout_us,
+					    &co.md, &co.n_md, all_md, &ic);
 		if (st == ZCRPC_OK)
 			st = check_opts(ch, &co, len, &inline_cap);
 		if (st != ZCRPC_OK)

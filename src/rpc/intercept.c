@@ -78,6 +78,41 @@ zcrpc_status zcrpc__cchain_start(const struct zcrpc__cchain *ch,
 	return ZCRPC_OK;
 }
 
+zcrpc_status zcrpc__cchain_start_md(const struct zcrpc__cchain *ch,
+				    uint32_t method, int streaming,
+				    int64_t timeout_us, const zcrpc_md **md,
+				    size_t *n_md, zcrpc_md *all,
+				    struct zcrpc__icall *ic)
+{
+	zcrpc_md add[ZCRPC_INTERCEPT_MD_ROOM];
+	zcrpc_call_info info;
+	size_t n_add;
+	zcrpc_status st;
+
+	memset(&info, 0, sizeof(info));
+	info.size = sizeof(info);
+	info.method_id = method;
+	info.streaming = streaming;
+	info.md = *md;
+	info.n_md = *n_md;
+	info.timeout_us = timeout_us ? timeout_us : -1;
+	st = zcrpc__cchain_start(ch, &info, add, &n_add, ic);
+	if (st != ZCRPC_OK || !n_add)
+		return st;
+	if (*n_md + n_add > ZCRPC_MD_MAX_PAIRS) {
+		zcrpc__cchain_end(ch, ic, ZCRPC_INVALID_ARGUMENT,
+				  "too much metadata with the interceptors'",
+				  NULL, 0);
+		return ZCRPC_INVALID_ARGUMENT;
+	}
+	if (*n_md)
+		memcpy(all, *md, *n_md * sizeof(*all));
+	memcpy(all + *n_md, add, n_add * sizeof(*all));
+	*md = all;
+	*n_md += n_add;
+	return ZCRPC_OK;
+}
+
 void zcrpc__cchain_message(const struct zcrpc__cchain *ch,
 			   struct zcrpc__icall *ic, int outgoing, size_t len)
 {

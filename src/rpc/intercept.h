@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "zcrpc/intercept.h"
+#include "frame.h"
 
 struct zcrpc__cchain {
 	zcrpc_client_interceptor ic[ZCRPC_MAX_INTERCEPTORS];
@@ -31,6 +32,15 @@ struct zcrpc__icall {
 zcrpc_status zcrpc__cchain_start(const struct zcrpc__cchain *ch,
 				 const zcrpc_call_info *info, zcrpc_md *add,
 				 size_t *n_add, struct zcrpc__icall *ic);
+/* zcrpc__cchain_start for a call or stream of @method whose request
+ * metadata is *@md (*@n_md pairs): what the interceptors add joins it in
+ * @all (ZCRPC_MD_MAX_PAIRS), *@md then points there. INVALID_ARGUMENT when
+ * the pairs do not fit (the started interceptors hear it). */
+zcrpc_status zcrpc__cchain_start_md(const struct zcrpc__cchain *ch,
+				    uint32_t method, int streaming,
+				    int64_t timeout_us, const zcrpc_md **md,
+				    size_t *n_md, zcrpc_md *all,
+				    struct zcrpc__icall *ic);
 void zcrpc__cchain_message(const struct zcrpc__cchain *ch,
 			   struct zcrpc__icall *ic, int outgoing, size_t len);
 /* on_end of each started interceptor, in reverse order, once. */

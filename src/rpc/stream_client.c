@@ -143,41 +143,6 @@ void zcrpc__cstream_deadline(zcrpc_stream *s)
 	end_local(s, ZCRPC_DEADLINE_EXCEEDED, "deadline exceeded");
 }
 
-/* The channel's interceptors see the stream start; what they add joins
- * its initial metadata in @all. */
-static zcrpc_status intercept_start(zcrpc_channel *ch, uint32_t method,
-				    int64_t timeout_us, zcrpc_stream_opts *so,
-				    zcrpc_md *all, struct zcrpc__icall *ic)
-{
-	zcrpc_md add[ZCRPC_INTERCEPT_MD_ROOM];
-	zcrpc_call_info info;
-	size_t n_add;
-	zcrpc_status st;
-
-	memset(&info, 0, sizeof(info));
-	info.size = sizeof(info);
-	info.method_id = method;
-	info.streaming = 1;
-	info.md = so->md;
-	info.n_md = so->n_md;
-	info.timeout_us = timeout_us ? timeout_us : -1;
-	st = zcrpc__cchain_start(&ch->ics, &info, add, &n_add, ic);
-	if (st != ZCRPC_OK || !n_add)
-		return st;
-	if (so->n_md + n_add > ZCRPC_MD_MAX_PAIRS) {
-		zcrpc__cchain_end(&ch->ics, ic, ZCRPC_INVALID_ARGUMENT,
-				  "too much metadata with the interceptors'",
-				  NULL, 0);
-		return ZCRPC_INVALID_ARGUMENT;
-	}
-	if (so->n_md)
-		memcpy(all, so->md, so->n_md * sizeof(*all));
-	memcpy(all + so->n_md, add, n_add * sizeof(*all));
-	so->md = all;
-	so->n_md += n_add;
-	return ZCRPC_OK;
-}
-
 static zcrpc_status stream_table(zcrpc_channel *ch)
 {
 	if (ch->has_streams)
@@ -247,8 +212,9 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	timeout_us = so.timeout_us ? so.timeout_us : ch->o.default_timeout_us;
 	if (ch->ics.n) {
-		zcrpc_status st = intercept_start(ch, method, timeout_us, &so,
-						  all_md, &ic);
+		zcrpc_status st = zcrpc__cchain_start_md(
+			&ch->ics, method, 1, timeout_us, &so.md, &so.n_md,
+			all_md, &ic);
 
 		if (st != ZCRPC_OK)
 			return st;
