@@ -525,18 +525,31 @@ static void on_deadline(struct zcrpc__timer *t, int64_t now)
 				 "handshake deadline of %d ms exceeded%s",
 				 c->timeout_ms,
 				 c->auth_phase ? " (no key proof)" : "");
+	} else if (c->state == ZCRPC_CONN_CONNECTING && c->migrated &&
+		   !c->auth_phase && c->connect_sent_ns) {
+		/* The request went out and nothing came back: say when, and
+		 * how much of the deadline the resolution took, so that a
+		 * slow setup thread and a silent peer read differently. */
+		int64_t now_ns = zcrpc__now_ns();
+
+		zcrpc__conn_fail(
+			c, ZCRPC_DEADLINE_EXCEEDED,
+			"connect deadline of %d ms exceeded (no answer to the "
+			"connect request sent %lld ms before; address and route "
+			"resolved in %lld ms)",
+			c->timeout_ms,
+			(long long)((now_ns - c->connect_sent_ns) / 1000000),
+			(long long)((c->connect_sent_ns - c->connect_start_ns) /
+				    1000000));
 	} else if (c->state == ZCRPC_CONN_CONNECTING) {
 		/* Say which step was still pending: resolution (the setup
-		 * thread), the server's answer to the request, or the key
-		 * proof. */
+		 * thread), the connection's setup, or the key proof. */
 		zcrpc__conn_fail(c, ZCRPC_DEADLINE_EXCEEDED,
 				 "connect deadline of %d ms exceeded (%s)",
 				 c->timeout_ms,
 				 c->job ? "resolving the address and route"
 				 : c->auth_phase ? "proving the key"
-				 : c->migrated
-					 ? "no answer to the connect request"
-					 : "setting up the connection");
+						 : "setting up the connection");
 	}
 }
 

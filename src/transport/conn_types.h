@@ -232,6 +232,9 @@ struct zcrpc_conn {
 	struct zcrpc__timer deadline;
 	int64_t last_active_ns; /* last post or completion (worker's now_ns) */
 	int timeout_ms;
+	/* Active side: when zcrpc_connect began and when rdma_connect sent
+	 * the request (0 before), for the deadline's message. */
+	int64_t connect_start_ns, connect_sent_ns;
 	zcrpc_conn_stats stats;
 #ifdef ZCRPC_TESTING
 	unsigned test_broken : 1; /* zcrpc__conn_test_break_qp(): frozen */

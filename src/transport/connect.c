@@ -151,6 +151,7 @@ static void job_continue(zcrpc_conn *c, struct zcrpc__job *job)
 	c->migrated = 1;
 	zcrpc__conn_fill_param(c, &param, pdata, sizeof(pdata),
 			       ZCRPC_HELLO_CONNECT);
+	c->connect_sent_ns = zcrpc__now_ns();
 	if (rdma_connect(id, &param)) {
 		zcrpc__conn_fail(c, zcrpc_status_from_errno(errno) == ZCRPC_INVALID_ARGUMENT
 					    ? ZCRPC_INVALID_ARGUMENT
@@ -277,7 +278,8 @@ zcrpc_status zcrpc_connect(zcrpc_worker *w, const char *host,
 	if (pthread_create(&job->thread, NULL, job_main, job))
 		goto err_conn;
 	zcrpc__list_push_front(&w->jobs, &job->link);
-	zcrpc__conn_set_deadline(c, zcrpc__now_ns() +
+	c->connect_start_ns = zcrpc__now_ns();
+	zcrpc__conn_set_deadline(c, c->connect_start_ns +
 					    (int64_t)o.timeout_ms * 1000000LL);
 	*out = c;
 	return ZCRPC_OK;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <dirent.h>
+
 #include <infiniband/verbs.h>
 
 static std::string Env(const char *name)
@@ -178,3 +180,113 @@ void EchoServer::OnState(zcrpc_conn *c, zcrpc_conn_state st, zcrpc_status status
 	s->closed_++;
 	zcrpc_conn_destroy(c);
 }
+
+// ---- diagnostics of a failed test ------------------------------------------
+
+static void ReadDir(const std::string &dir, const std::string &prefix, DevCounters &out)
+{
+	DIR *d = opendir(dir.c_str());
+	if (!d)
+		return;
+	while (struct dirent *e = readdir(d)) {
+		if (e->d_name[0] == '.')
+			continue;
+		std::ifstream f(dir + "/" + e->d_name);
+		int64_t v;
+		if (f >> v)
+			out[prefix + e->d_name] = v;
+	}
+	closedir(d);
+}
+
+DevCounters SnapshotDevCounters()
+{
+	static const char *const groups[] = {"cm_tx_msgs", "cm_rx_msgs", "cm_tx_retries",
+					     "cm_rx_duplicates", "hw_counters"};
+	DevCounters out;
+	DIR *d = opendir("/sys/class/infiniband");
+	if (!d)
+		return out;
+	while (struct dirent *e = readdir(d)) {
+		if (e->d_name[0] == '.')
+			continue;
+		std::string port = std::string("/sys/class/infiniband/") + e->d_name + "/ports/1/";
+		for (const char *g : groups)
+			ReadDir(port + g, std::string(e->d_name) + " " + g + "/", out);
+	}
+	closedir(d);
+	return out;
+}
+
+std::string CountersMoved(const DevCounters &before, const DevCounters &after)
+{
+	std::string s;
+	for (const auto &kv : after) {
+		auto it = before.find(kv.first);
+		int64_t d = kv.second - (it == before.end() ? 0 : it->second);
+		if (d == 0)
+			continue;
+		if (!s.empty())
+			s += ' ';
+		s += kv.first + (d > 0 ? " +" : " ") + std::to_string(d);
+	}
+	return s;
+}
+
+// The first @max_lines lines of @cmd's output (the guest has iproute2's rdma).
+static std::string CommandOutput(const char *cmd, int max_lines)
+{
+	std::string out;
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return "(cannot run it)\n";
+	char line[512];
+	int n = 0;
+	while (fgets(line, sizeof(line), p))
+		if (n++ < max_lines)
+			out += line;
+	pclose(p);
+	if (n > max_lines)
+		out += "(" + std::to_string(n - max_lines) + " more lines)\n";
+	return out;
+}
+
+std::string RdmaDiagnostics(const DevCounters &since)
+{
+	std::string moved = CountersMoved(since, SnapshotDevCounters());
+	return "device counters moved since the test began: " +
+	       (moved.empty() ? std::string("none") : moved) + "\nrdma resource show cm_id:\n" +
+	       CommandOutput("rdma resource show cm_id 2>&1", 40) +
+	       "rdma resource show qp:\n" + CommandOutput("rdma resource show qp 2>&1", 40);
+}
+
+namespace {
+
+// Prints RdmaDiagnostics at a test's first failure, while what the test
+// made is still alive: the next CI failure says where a connect stopped.
+class FailureDiagnostics : public ::testing::EmptyTestEventListener {
+	void OnTestStart(const ::testing::TestInfo &) override
+	{
+		before_ = SnapshotDevCounters();
+		reported_ = false;
+	}
+	void OnTestPartResult(const ::testing::TestPartResult &r) override
+	{
+		if (!r.failed() || reported_)
+			return;
+		reported_ = true;
+		std::fprintf(stderr, "[rdma diagnostics at the first failure]\n%s",
+			     RdmaDiagnostics(before_).c_str());
+	}
+	DevCounters before_;
+	bool reported_ = false;
+};
+
+[[maybe_unused]] const bool registered = [] {
+	if (Env("ZCRPC_RXE_DEV0").empty()) // not in a guest: nothing to read
+		return false;
+	::testing::UnitTest::GetInstance()->listeners().Append(new FailureDiagnostics);
+	return true;
+}();
+
+} // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -44,6 +45,22 @@ int64_t RxeCounter(const RxeEnv &env, const char *name);
 
 // One hw_counter of one device (-1 if unreadable); siw as above.
 int64_t DevCounter(const std::string &dev, const char *name);
+
+// Every counter of every RDMA device's port 1 ("rxe0 cm_tx_msgs/req",
+// "rxe0 hw_counters/sent_pkts", ...): the kernel CM's message, retry and
+// duplicate counts and the provider's hw_counters.
+using DevCounters = std::map<std::string, int64_t>;
+DevCounters SnapshotDevCounters();
+
+// The counters that moved from @before to @after, one "name +delta" each,
+// separated by spaces ("" if none moved).
+std::string CountersMoved(const DevCounters &before, const DevCounters &after);
+
+// What a failed rdma test prints at its first failure (a gtest listener in
+// rdma_env.cc, for every test of the binary): the counters moved since the
+// test began (the CM step a silent connect stopped at: REQ sent, received,
+// retried, answered...) and the rdma_cm ids and QPs alive at that moment.
+std::string RdmaDiagnostics(const DevCounters &since);
 
 class RdmaTest : public ::testing::Test {
 protected:

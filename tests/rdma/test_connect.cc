@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
 #include "rdma_env.h"
@@ -279,6 +280,51 @@ TEST_F(Connect, DeadlineToAnAddressThatNeverAnswers)
 	// The setup thread is still resolving; destroying the worker joins it
 	// and frees the late endpoint (ASan/LSan would report a leak).
 	zcrpc_worker_destroy(w);
+}
+
+// A listener that never takes its requests (a raw rdma_cm id whose events
+// nobody reads): the kernel CM keeps the request in REQ_RCVD and drops the
+// client's retries, so nothing comes back — what CI once saw for 10 s. The
+// deadline's error says the request went out, how long before, and what the
+// resolution took; the device counters (printed by every failed rdma test,
+// RdmaDiagnostics) show the REQ sent and received and no REP.
+TEST_F(Connect, UnansweredRequestIsNamedInTheErrorAndInTheCounters)
+{
+	rdma_event_channel *ch = rdma_create_event_channel();
+	ASSERT_NE(ch, nullptr);
+	rdma_cm_id *lid = nullptr;
+	ASSERT_EQ(rdma_create_id(ch, &lid, nullptr, RDMA_PS_TCP), 0);
+	sockaddr_in sa{};
+	sa.sin_family = AF_INET;
+	ASSERT_EQ(inet_pton(AF_INET, env_.addr0.c_str(), &sa.sin_addr), 1);
+	ASSERT_EQ(rdma_bind_addr(lid, reinterpret_cast<sockaddr *>(&sa)), 0);
+	ASSERT_EQ(rdma_listen(lid, 8), 0);
+	uint16_t port = ntohs(rdma_get_src_port(lid));
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+
+	DevCounters before = SnapshotDevCounters();
+	Client cl;
+	ASSERT_EQ(StartConnect(w, cl, env_.addr0, port, 3000), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return cl.closed || cl.established; }, Scaled(10000)));
+	ASSERT_EQ(cl.closed, 1);
+	EXPECT_EQ(cl.close_status, ZCRPC_DEADLINE_EXCEEDED) << zcrpc_conn_get_error(cl.conn);
+	std::string err = zcrpc_conn_get_error(cl.conn);
+	EXPECT_NE(err.find("no answer to the connect request sent "), std::string::npos) << err;
+	EXPECT_NE(err.find(" ms before; address and route resolved in "), std::string::npos) << err;
+	std::string moved = " " + CountersMoved(before, SnapshotDevCounters()) + " ";
+	EXPECT_NE(moved.find(" " + env_.dev0 + " cm_tx_msgs/req +"), std::string::npos) << moved;
+	EXPECT_NE(moved.find(" " + env_.dev0 + " cm_rx_msgs/req +"), std::string::npos) << moved;
+	EXPECT_EQ(moved.find(" cm_tx_msgs/rep "), std::string::npos) << moved;
+	// The report of a failed test lists the listener that held it.
+	std::string report = RdmaDiagnostics(before);
+	EXPECT_NE(report.find(env_.addr0 + ":" + std::to_string(port)), std::string::npos)
+		<< report;
+
+	zcrpc_conn_destroy(cl.conn);
+	zcrpc_worker_destroy(w);
+	rdma_destroy_id(lid);
+	rdma_destroy_event_channel(ch);
 }
 
 TEST_F(Connect, SendBeforeEstablishedAndOversizedAreRefused)
