@@ -156,7 +156,7 @@ struct Peer {
 	{
 		zcrpc_connect_opts co{};
 		co.size = sizeof(co);
-		co.timeout_ms = 10000;
+		co.timeout_ms = static_cast<int>(Scaled(10000).count());
 		co.src_addr = src.c_str();
 		auto h = Handlers();
 		zcrpc_conn *c = nullptr;
