@@ -2,13 +2,16 @@
  * (tests/interop/proto/grpc/testing/test.proto), as gRPC's
  * doc/interop-test-descriptions.md describes the server:
  *
- * - EmptyCall answers Empty; UnaryCall and CacheableUnaryCall answer
- *   response_size zero bytes in payload.body, or the status in
- *   response_status when its code is not 0 (code and message).
+ * - EmptyCall answers Empty; UnaryCall answers response_size zero bytes
+ *   in payload.body, or the status in response_status when its code is
+ *   not 0 (code and message), INVALID_ARGUMENT for a response_type other
+ *   than COMPRESSABLE; CacheableUnaryCall the same with the time in ns
+ *   (ASCII) as the body (there is no caching proxy here).
  * - StreamingOutputCall and FullDuplexCall answer one message per
  *   ResponseParameters (size zero bytes, after interval_us), FullDuplexCall
  *   per request as it arrives, HalfDuplexCall once the client half-closed;
- *   then response_status if a request set one, else OK.
+ *   then response_status if a request set one (later messages are
+ *   ignored), else OK.
  * - StreamingInputCall answers the sum of the payload sizes it read.
  * - The request metadata "x-grpc-test-echo-initial" comes back as initial
  *   metadata and "x-grpc-test-echo-trailing-bin" as trailing metadata
@@ -101,7 +104,10 @@ static void empty_call(zcrpc_server_call *call, const zcrpc_request *req,
 	zcrpc_server_call_reply(call, ZCRPC_OK, NULL, NULL, 0, &o);
 }
 
-/* UnaryCall and CacheableUnaryCall. */
+/* The handlers' arg of CacheableUnaryCall (UnaryCall's is NULL). */
+static const int k_cacheable = 1;
+
+/* UnaryCall, and CacheableUnaryCall (@arg &k_cacheable). */
 static void unary_call(zcrpc_server_call *call, const zcrpc_request *req,
 		       void *arg)
 {
@@ -110,8 +116,8 @@ static void unary_call(zcrpc_server_call *call, const zcrpc_request *req,
 	Grpc__Testing__Payload pl = GRPC__TESTING__PAYLOAD__INIT;
 	struct pack_ctx pc = {&out.base};
 	zcrpc_reply_opts o;
+	char stamp[32];
 
-	(void)arg;
 	in = grpc__testing__simple_request__unpack(NULL, req->len, req->data);
 	if (!in) {
 		zcrpc_server_call_reply(call, ZCRPC_INTERNAL,
@@ -126,6 +132,11 @@ static void unary_call(zcrpc_server_call *call, const zcrpc_request *req,
 					in->response_status->message, NULL, 0, &o);
 		goto out;
 	}
+	if (in->response_type != GRPC__TESTING__PAYLOAD_TYPE__COMPRESSABLE) {
+		zcrpc_server_call_reply(call, ZCRPC_INVALID_ARGUMENT,
+					"response_type not supported", NULL, 0, &o);
+		goto out;
+	}
 	if (in->response_size < 0 || (uint32_t)in->response_size > MAX_BODY) {
 		zcrpc_server_call_reply(call, ZCRPC_INVALID_ARGUMENT,
 					"response_size out of range", NULL, 0, &o);
@@ -134,6 +145,15 @@ static void unary_call(zcrpc_server_call *call, const zcrpc_request *req,
 	pl.type = in->response_type;
 	pl.body.len = (size_t)in->response_size;
 	pl.body.data = g_zeros;
+	if (arg == &k_cacheable) {
+		/* gRPC's CacheableUnaryCall: the time in ns, in ASCII. */
+		struct timespec t;
+
+		clock_gettime(CLOCK_REALTIME, &t);
+		pl.body.len = (size_t)snprintf(stamp, sizeof(stamp), "%lld",
+					       (long long)t.tv_sec * 1000000000LL + t.tv_nsec);
+		pl.body.data = (uint8_t *)stamp;
+	}
 	out.payload = &pl;
 	zcrpc_server_call_reply_fill(call, protobuf_c_message_get_packed_size(&out.base),
 				     pack_fill, &pc, &o);
@@ -266,8 +286,8 @@ static void s_out_msg(zcrpc_stream *s, const OutReq *r, void *arg)
 	struct sstream *x = zcrpc_stream_get_user(s);
 
 	(void)arg;
-	if (!x || x->finished)
-		return;
+	if (!x || x->finished || x->end_asked)
+		return; /* after a response_status: processes no more messages */
 	if (x->kind == K_OUTPUT && x->n) {
 		finish(s, x, ZCRPC_INVALID_ARGUMENT,
 		       "StreamingOutputCall takes one request");
@@ -369,7 +389,7 @@ static zcrpc_status register_all(zcrpc_server *s)
 					unary_call, NULL)) != ZCRPC_OK ||
 	    (st = zcrpc_server_register(
 		     s, GRPC__TESTING__TEST_SERVICE__CACHEABLE_UNARY_CALL__ZCRPC_NAME,
-		     unary_call, NULL)) != ZCRPC_OK ||
+		     unary_call, (void *)&k_cacheable)) != ZCRPC_OK ||
 	    (st = grpc__testing__test_service__streaming_output_call__zcrpc_register(
 		     s, &g_output)) != ZCRPC_OK ||
 	    (st = grpc__testing__test_service__streaming_input_call__zcrpc_register(
