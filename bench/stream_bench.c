@@ -4,7 +4,7 @@
  * takes; one JSON object per result line on stdout, as rpc_bench.c.
  *
  *   zcrpc_bench_stream [-r both|server|client] [-a ADDR] [-p PORT]
- *                      [-m all|sstream|cstream] [-S STREAMS] [-P PAUSED]
+ *                      [-m all|sstream|cstream|STEPS] [-S STREAMS] [-P PAUSED]
  *                      [-s SIZE] [-T SECONDS]
  *
  * -r both (default) runs the server (one worker, busy-polling) on a thread
@@ -20,7 +20,10 @@
  *    they start and stay paused: their writers get one window through and
  *    no more. The client counts the messages of the unpaused streams for
  *    -T seconds (default 5) after 0.5 s of warm-up and checks each
- *    stream's sequence; then it cancels every stream. msgs/s.
+ *    stream's sequence; then it cancels every stream. msgs/s, with the
+ *    fewest and most messages one unpaused stream got in the interval,
+ *    the longest gap between two messages of a stream, and the client
+ *    worker's messages sent (WINDOW frames) and received.
  * -m cstream: client-streaming. One stream; the client writes messages of
  *    zcrpc_stream_max_message() bytes (a pattern) as its window allows,
  *    for 0.5 s of warm-up on a first stream, then for -T seconds on a
@@ -28,7 +31,9 @@
  *    bytes it consumed (checked against what was written) and finishes
  *    OK. The clock runs from the first write to that answer. MiB/s.
  * -m all (default): sstream with 1 stream, with 16, with 16 of which 1 is
- *    paused, then cstream, in that order on one channel.
+ *    paused, then cstream, in that order on one channel (= -m s1,s16,s16p1,c).
+ *    -m takes such a comma list: sN = N streams, sNpK = N of which K are
+ *    paused, c = cstream; the steps run in order on one channel.
  * Both sides use max_msg 8192, as zcrpc_bench_rpc, so the figures compare
  * with its call rate; the largest stream message is then 8192 minus the
  * frame header (a stream message never travels by RDMA WRITE yet).
@@ -280,6 +285,7 @@ struct cstream {
 	int paused, finished, retry;
 	zcrpc_status status;
 	uint64_t n;	   /* messages received (server-streaming) */
+	uint64_t n0;	   /* n when the measured interval began */
 	uint64_t bad;	   /* messages out of sequence or of the wrong size */
 	size_t size;
 	double last_us;	   /* arrival of the last message, and the longest gap */
@@ -406,6 +412,7 @@ static int run_sstream(zcrpc_worker *w, zcrpc_channel *ch, int nstreams, int npa
 	struct cstream cs[MAX_STREAMS];
 	uint64_t req = size, d0, d1, bad = 0, held = 0;
 	zcrpc_worker_stats w0, w1;
+	uint64_t min_k = UINT64_MAX, max_k = 0;
 	double t0, t1, max_gap = 0;
 	int i, rc = 1, measuring = 0;
 
@@ -434,6 +441,8 @@ static int run_sstream(zcrpc_worker *w, zcrpc_channel *ch, int nstreams, int npa
 	}
 	progress_for(w, 5e5);
 	d0 = sum_n(cs, nstreams, npaused);
+	for (i = 0; i < nstreams; i++)
+		cs[i].n0 = cs[i].n;
 	zcrpc_worker_get_stats(w, &w0, sizeof(w0));
 	measuring = 1;
 	t0 = bench_now_us();
@@ -451,8 +460,16 @@ static int run_sstream(zcrpc_worker *w, zcrpc_channel *ch, int nstreams, int npa
 		}
 		if (cs[i].paused)
 			held += cs[i].n; /* 0: a paused reader is handed nothing */
-		else if (cs[i].max_gap_us > max_gap)
-			max_gap = cs[i].max_gap_us;
+		else {
+			uint64_t k = cs[i].n - cs[i].n0;
+
+			if (cs[i].max_gap_us > max_gap)
+				max_gap = cs[i].max_gap_us;
+			if (k < min_k)
+				min_k = k;
+			if (k > max_k)
+				max_k = k;
+		}
 	}
 	if (bad || held) {
 		fprintf(stderr, "client: %llu bad message(s), %llu handed to a paused reader\n",
@@ -461,10 +478,12 @@ static int run_sstream(zcrpc_worker *w, zcrpc_channel *ch, int nstreams, int npa
 	}
 	printf("{\"bench\":\"zcrpc_stream_server_rate\",\"size\":%zu,\"streams\":%d,"
 	       "\"paused\":%d,\"secs\":%.3f,\"msgs\":%llu,\"msgs_per_s\":%.1f,"
-	       "\"window\":16,\"max_gap_us\":%.1f,\"client_msgs_sent\":%llu,"
+	       "\"window\":16,\"stream_msgs_min\":%llu,\"stream_msgs_max\":%llu,"
+	       "\"max_gap_us\":%.1f,\"client_msgs_sent\":%llu,"
 	       "\"client_msgs_recv\":%llu,\"client_credit_stalls\":%llu}\n",
 	       size, nstreams, npaused, (t1 - t0) / 1e6, (unsigned long long)(d1 - d0),
-	       (double)(d1 - d0) / ((t1 - t0) / 1e6), max_gap,
+	       (double)(d1 - d0) / ((t1 - t0) / 1e6), (unsigned long long)min_k,
+	       (unsigned long long)max_k, max_gap,
 	       (unsigned long long)(w1.msgs_sent - w0.msgs_sent),
 	       (unsigned long long)(w1.msgs_recv - w0.msgs_recv),
 	       (unsigned long long)(w1.credit_stalls - w0.credit_stalls));
@@ -574,6 +593,41 @@ out:
 	return rc;
 }
 
+/* Runs the steps of @mode in order (see -m); with @w NULL only checks
+ * them. Non-zero on a bad step or a failed run. */
+static int run_steps(zcrpc_worker *w, zcrpc_channel *ch, const char *mode, int nstreams,
+		     int npaused, size_t size, double secs)
+{
+	const char *p = !strcmp(mode, "all") ? "s1,s16,s16p1,c" : mode;
+
+	while (*p) {
+		size_t n = strcspn(p, ",");
+		int ns = nstreams, np = npaused, used = 0, rc;
+		char tok[32];
+
+		if (n == 0 || n >= sizeof(tok))
+			return 1;
+		memcpy(tok, p, n);
+		tok[n] = 0;
+		p += n + (p[n] == ',');
+		if (!strcmp(tok, "cstream") || !strcmp(tok, "c")) {
+			rc = w ? run_cstream(w, ch, secs) : 0;
+		} else {
+			if (strcmp(tok, "sstream")) {
+				np = 0;
+				if ((sscanf(tok, "s%dp%d%n", &ns, &np, &used) != 2 &&
+				     sscanf(tok, "s%d%n", &ns, &used) != 1) ||
+				    tok[used] || ns < 1 || ns > MAX_STREAMS || np < 0 || np >= ns)
+					return 1;
+			}
+			rc = w ? run_sstream(w, ch, ns, np, size, secs) : 0;
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *role = "both", *mode = "all";
@@ -601,14 +655,13 @@ int main(int argc, char **argv)
 		case 'T': secs = atof(optarg); break;
 		default:
 			fprintf(stderr, "usage: %s [-r both|server|client] [-a ADDR] [-p PORT] "
-				"[-m all|sstream|cstream] [-S STREAMS] [-P PAUSED] [-s SIZE] "
+				"[-m all|sstream|cstream|s1,s16p1,c...] [-S STREAMS] [-P PAUSED] [-s SIZE] "
 				"[-T SECONDS]\n", argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
 	}
 	if (nstreams < 1 || nstreams > MAX_STREAMS || npaused < 0 || npaused >= nstreams ||
-	    secs <= 0 || size > MAX_MSG ||
-	    (strcmp(mode, "all") && strcmp(mode, "sstream") && strcmp(mode, "cstream"))) {
+	    secs <= 0 || size > MAX_MSG || run_steps(NULL, NULL, mode, nstreams, npaused, size, secs)) {
 		fprintf(stderr, "bad arguments\n");
 		return 2;
 	}
@@ -651,14 +704,7 @@ int main(int argc, char **argv)
 	}
 	bench_progress("client: connected\n");
 
-	if (!strcmp(mode, "sstream"))
-		rc = run_sstream(w, ch, nstreams, npaused, size, secs);
-	else if (!strcmp(mode, "cstream"))
-		rc = run_cstream(w, ch, secs);
-	else
-		rc = run_sstream(w, ch, 1, 0, size, secs) ||
-		     run_sstream(w, ch, 16, 0, size, secs) ||
-		     run_sstream(w, ch, 16, 1, size, secs) || run_cstream(w, ch, secs);
+	rc = run_steps(w, ch, mode, nstreams, npaused, size, secs);
 	if (rc == 0) {
 		zcrpc_channel_stats s;
 
