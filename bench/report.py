@@ -181,7 +181,9 @@ for r in runs:
                                                      else ""),
                       j["size"], "msgs_per_s", j["msgs_per_s"], "msgs/s", rnd,
                       streams=j["streams"], paused=j["paused"], msgs=j["msgs"],
-                      window=j.get("window"), max_gap_us=j.get("max_gap_us"))
+                      window=j.get("window"), max_gap_us=j.get("max_gap_us"),
+                      stream_msgs_min=j.get("stream_msgs_min"),
+                      stream_msgs_max=j.get("stream_msgs_max"))
         elif b == "zcrpc_stream_client_bw":
             add_round(src, b, j["size"], "mib_s", j["mib_s"], "MiB/s", rnd, msgs=j["msgs"],
                       msgs_per_s=j["msgs_per_s"], window=j.get("window"))
