@@ -417,6 +417,8 @@ static int run_sstream(zcrpc_worker *w, zcrpc_channel *ch, int nstreams, int npa
 	int i, rc = 1, measuring = 0;
 
 	memset(cs, 0, sizeof(cs));
+	for (i = 0; i < nstreams; i++)
+		cs[i].finished = 1; /* until started: end_all waits for none */
 	bench_progress("  server-streaming %zu B: %d stream(s), %d paused, %.1f s\n", size,
 		       nstreams, npaused, secs);
 	for (i = 0; i < nstreams; i++) {
@@ -424,6 +426,7 @@ static int run_sstream(zcrpc_worker *w, zcrpc_channel *ch, int nstreams, int npa
 
 		cs[i].size = size;
 		cs[i].measuring = &measuring;
+		cs[i].finished = 0;
 		if ((st = c_start(ch, SSTREAM, &cs[i])) != ZCRPC_OK) {
 			fprintf(stderr, "client: stream_start: %s\n", zcrpc_status_str(st));
 			cs[i].finished = 1;
