@@ -25,7 +25,8 @@
  *    the longest gap between two messages of a stream, and the client
  *    worker's messages sent (WINDOW frames) and received.
  * -m cstream: client-streaming. One stream; the client writes messages of
- *    zcrpc_stream_max_message() bytes (a pattern) as its window allows,
+ *    zcrpc_stream_max_message() bytes, at most what one frame carries
+ *    (8,128 B at max_msg 8192; a pattern), as its window allows,
  *    for 0.5 s of warm-up on a first stream, then for -T seconds on a
  *    second one, half-closes, and the server answers with the count and
  *    bytes it consumed (checked against what was written) and finishes
@@ -49,6 +50,9 @@
 
 #define MAX_MSG 8192
 #define MAX_STREAMS 64
+/* What one frame of max_msg carries: the RPC frame header is 64 bytes
+ * (docs/protocol.md §7). */
+#define ONE_FRAME (MAX_MSG - 64)
 #define SSTREAM "/zcrpc.bench.Bench/ServerStream"
 #define CSTREAM "/zcrpc.bench.Bench/ClientStream"
 #define ECHO "/zcrpc.bench.Bench/Echo"
@@ -532,9 +536,11 @@ static int one_cstream(zcrpc_worker *w, zcrpc_channel *ch, unsigned char *buf, d
 		fprintf(stderr, "client: stream_start: %s\n", zcrpc_status_str(st));
 		return 1;
 	}
+	/* The largest message one frame carries (a library that sends larger
+	 * ones in pieces reports more in zcrpc_stream_max_message()). */
 	c->max = zcrpc_stream_max_message(c->s);
-	if (c->max > MAX_MSG)
-		c->max = MAX_MSG;
+	if (c->max > ONE_FRAME)
+		c->max = ONE_FRAME;
 	c->writing = 1;
 	t0 = bench_now_us();
 	end = t0 + secs * 1e6;
