@@ -175,7 +175,19 @@ for r in runs:
         except ValueError:
             continue
         b = j.get("bench", "")
-        if b.endswith("_lat"):
+        if b == "zcrpc_stream_server_rate":
+            # one test per shape: /STREAMS, /16/1paused (rate of the others)
+            add_round(src, f"{b}/{j['streams']}" + (f"/{j['paused']}paused" if j["paused"]
+                                                     else ""),
+                      j["size"], "msgs_per_s", j["msgs_per_s"], "msgs/s", rnd,
+                      streams=j["streams"], paused=j["paused"], msgs=j["msgs"],
+                      window=j.get("window"), max_gap_us=j.get("max_gap_us"),
+                      stream_msgs_min=j.get("stream_msgs_min"),
+                      stream_msgs_max=j.get("stream_msgs_max"))
+        elif b == "zcrpc_stream_client_bw":
+            add_round(src, b, j["size"], "mib_s", j["mib_s"], "MiB/s", rnd, msgs=j["msgs"],
+                      msgs_per_s=j["msgs_per_s"], window=j.get("window"))
+        elif b.endswith("_lat"):
             add_round(src, b, j["size"], "rtt_p50_us", j["rtt_p50_us"], "us", rnd,
                       rtt_p99_us=j["rtt_p99_us"], rtt_p999_us=j["rtt_p999_us"],
                       iters=j["iters"], run=r["id"])
@@ -344,7 +356,8 @@ def round_ratio(name, z, ref, ref_factor=1.0):
     med = v[(len(v) - 1) // 2] if len(v) % 2 else round((v[len(v) // 2 - 1] + v[len(v) // 2]) / 2, 3)
     return {"measure": name, "ratios": per, "median": med, "min": v[0], "max": v[-1],
             "spread": round(v[-1] - v[0], 3), "zcrpc": z["value"], "zcrpc_unit": z["unit"],
-            "reference": ref["value"] * ref_factor, "rounds": len(per)}
+            "reference": ref["value"] * ref_factor, "reference_unit": ref["unit"],
+            "rounds": len(per)}
 
 
 def _hs(s):  # 4096 -> "4 KiB" (hsize, further below, is the same)
@@ -371,6 +384,33 @@ for s in bw_sizes:
     round_rows.append(round_ratio(f"bandwidth {_hs(s)} RPC attachment / ib_write_bw",
                                   find("zcrpc", "zcrpc_rpc_attach_bw", s), ref))
 round_rows = [r for r in round_rows if r]
+
+# Streams (issue 15): ratios within each round, as above. The unary
+# reference is the 1-connection RPC call rate (64 in flight) of the same
+# round; client-streaming goes beside ib_write_bw at the nearest size.
+STREAM = "zcrpc_stream_server_rate"
+unary = find("zcrpc", "zcrpc_rpc_tput", 16, conns=1)
+s16 = find("zcrpc", STREAM + "/16", 16)
+stream_rows = [
+    (round_ratio("16 B server-streaming, 1 stream / unary calls (64 in flight)",
+                 find("zcrpc", STREAM + "/1", 16), unary), "≥ 2"),
+    (round_ratio("16 B server-streaming, 16 streams / unary calls (64 in flight)", s16, unary),
+     "≥ 2"),
+    (round_ratio("15 streams beside a paused one / 16 streams",
+                 find("zcrpc", STREAM + "/16/1paused", 16), s16), "≥ 0.9 (cost < 10 %)"),
+]
+cbw = next((r for r in records if r["test"] == "zcrpc_stream_client_bw"), None)
+wsizes = sorted({int(r["size"]) for r in records if r["test"] == "ib_write_bw"})
+if cbw and wsizes:
+    import math
+    near = min(wsizes, key=lambda x: abs(math.log2(x / int(cbw["size"]))))
+    stream_rows.append((round_ratio(
+        f"client-streaming, {int(cbw['size'])} B messages / ib_write_bw {_hs(near)}",
+        cbw, find("perftest", "ib_write_bw", near)), "—"))
+for r, goal in stream_rows:
+    if r:
+        r["goal"] = goal
+stream_rows = [r for r, _ in stream_rows if r]
 
 
 # The scale part: one row per (config, N); sizes in MiB, per-connection
@@ -418,7 +458,7 @@ scale = [scale_row(j) for j in scale_rows]
 
 results = {"run": run, "records": records, "latency": lat_rows, "bandwidth": bw_rows,
            "throughput": tput_rows, "grpc_throughput": grpc_tput_rows,
-           "rounds": round_rows, "scale": scale,
+           "rounds": round_rows, "streams": stream_rows, "scale": scale,
            "grpc_status": grpc_status, "grpc_link": grpc_link, "cpu": cpu, "perftest_settings": perftest_settings,
            "zcrpc_stats": zc, "not_run": failures, "runs": runs}
 with open(os.path.join(out, "results.json"), "w") as f:
@@ -546,6 +586,21 @@ if round_rows:
         md.append(f"| {r['measure']} | {fmt(r['zcrpc'])} {r['zcrpc_unit']} | {fmt(r['reference'])} | "
                   + ", ".join(f"{v:.2f}" for v in r["ratios"].values())
                   + f" | {r['median']:.2f} | {r['spread']:.2f} |")
+    md.append("")
+if stream_rows:
+    md.append("Streams (zcrpc_bench_stream): one connection, server and client on one worker "
+              "each as for the call rate, a window of 16 messages per stream; ratio within "
+              "each round, then the median of the rounds and their spread (max − min). "
+              "Reported, not asserted.")
+    md.append("")
+    md.append("| measure | figure (median round) | reference (median round) | ratio per round | "
+              "median ratio | spread | goal |")
+    md.append("|---|---:|---:|---:|---:|---:|---|")
+    for r in stream_rows:
+        md.append(f"| {r['measure']} | {fmt(r['zcrpc'])} {r['zcrpc_unit']} | "
+                  f"{fmt(r['reference'])} {r['reference_unit']} | "
+                  + ", ".join(f"{v:.2f}" for v in r["ratios"].values())
+                  + f" | {r['median']:.2f} | {r['spread']:.2f} | {r['goal']} |")
     md.append("")
 if scale:
     md.append("Scale: N channels (connections) into one server process (one worker), one "

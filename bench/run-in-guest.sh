@@ -6,7 +6,9 @@
 # shows the guest's bimodal noise: per round ib_send_lat and the zcrpc
 # transport and RPC latency, the 16-byte message rate (ib_send_bw -s 16
 # -t 64 beside zcrpc_bench_transport -m rate and the RPC call rate with
-# 64 in flight), ib_write_bw and the zcrpc bandwidths (in round 1 only:
+# 64 in flight), the streams (zcrpc_bench_stream: 16 B server-streaming on
+# 1 and 16 streams of one connection, 16 with one paused, client-streaming
+# of the largest stream message), ib_write_bw and the zcrpc bandwidths (in round 1 only:
 # ib_write_lat, ib_send_bw and, not in --quick, the 4-connection call
 # rate). Then rstream, ucx_perftest, the gRPC peer (TCP across the veth
 # pair), a callgrind run of the RPC client and, with --scale, the scale
@@ -88,9 +90,9 @@ ngrpc=1
 nscale=0
 [ -z "$scale" ] || nscale=${#scale_runs[@]}
 # per round: 3 ib_send_lat, 2 zcrpc latency, ib_send_bw 16 B, 2 zcrpc
-# rates, nbw ib_write_bw, 2 zcrpc bandwidths; round 1 also 3 ib_write_lat,
-# nbw ib_send_bw, the 4-connection call rate
-nsteps=$(( rounds * (3 + 2 + 1 + 2 + nbw + 2) + 3 + nbw + 1 + 1 + 1 + ngrpc + 1 + nscale ))
+# rates, the zcrpc streams, nbw ib_write_bw, 2 zcrpc bandwidths; round 1
+# also 3 ib_write_lat, nbw ib_send_bw, the 4-connection call rate
+nsteps=$(( rounds * (3 + 2 + 1 + 2 + 1 + nbw + 2) + 3 + nbw + 1 + 1 + 1 + ngrpc + 1 + nscale ))
 [ -z "$quick" ] || nsteps=$((nsteps - 1))
 [ -z "$only_scale" ] || nsteps=$nscale
 step=0
@@ -178,6 +180,13 @@ one_round() { # one_round R
   zrun "zcrpc-transport-rate-$r" 120 "$bin/zcrpc_bench_transport" -m rate -s 16 -d 64 -n "$rate_n" -w $((rate_n / 10))
   progress "round $r/$rounds: zcrpc RPC call rate (1 connection x 64 in flight, ${tput_secs}s)"
   zrun "zcrpc-rpc-tput-1$at" 120 "$bin/zcrpc_bench_rpc" -m tput -c 1 -d 64 -T "$tput_secs"
+  progress "round $r/$rounds: zcrpc streams (16 B server-streaming on 1, 16, 16 with 1 paused; client-streaming; ${tput_secs}s each)"
+  if [ -x "$bin/zcrpc_bench_stream" ]; then
+    zrun "zcrpc-stream$at" 240 "$bin/zcrpc_bench_stream" -m all -T "$tput_secs"
+  else  # a tree from before issue 15 (scripts/bench-compare's OLD_REV)
+    echo "zcrpc_bench_stream: not built in $bin" >"$raw/zcrpc-stream$at.log"
+    record "zcrpc-stream$at" 127 "$raw/zcrpc-stream$at.log" "$bin/zcrpc_bench_stream (not built)"
+  fi
   if [ "$r" -eq 1 ] && [ -z "$quick" ]; then  # --quick: its 10 s pay for the rates above
     progress "round $r/$rounds: zcrpc RPC call rate (4 connections x 64 in flight, ${tput_secs}s)"
     zrun "zcrpc-rpc-tput-4" 120 "$bin/zcrpc_bench_rpc" -m tput -c 4 -d 64 -T "$tput_secs"
