@@ -103,8 +103,25 @@ int zcrpc__cstreams_flush(zcrpc_channel *ch, zcrpc_conn *conn)
 
 void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out)
 {
-	struct zcrpc__qframe *q = malloc(sizeof(*q));
+	struct zcrpc__qframe *q;
 
+	/* The usual case: nothing waits before it, so it goes now. */
+	if (!s->q_head && s->sent_open && s->conn &&
+	    zcrpc_conn_get_state(s->conn) == ZCRPC_CONN_ESTABLISHED) {
+		zcrpc_status st = zcrpc_conn_send_msg(s->conn, &out->msg,
+						      out->len);
+
+		if (st == ZCRPC_OK)
+			return;
+		if (st != ZCRPC_RESOURCE_EXHAUSTED) {
+			zcrpc_msg_free(s->w, &out->msg);
+			zcrpc__stream_end(s, ZCRPC_UNAVAILABLE,
+					  "sending on the stream failed: "
+					  "connection closing");
+			return;
+		}
+	}
+	q = malloc(sizeof(*q));
 	if (!q) {
 		zcrpc_msg_free(s->w, &out->msg);
 		zcrpc__stream_end(s, ZCRPC_RESOURCE_EXHAUSTED,
