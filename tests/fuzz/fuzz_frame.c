@@ -83,6 +83,7 @@ static void check_same(const struct zcrpc_frame *a, const struct zcrpc_frame *b)
 	CHECK(a->flags == b->flags);
 	CHECK(a->md_len == b->md_len);
 	CHECK(a->call_id == b->call_id);
+	CHECK(a->count == b->count);
 	CHECK(a->method_id == b->method_id);
 	CHECK(a->status == b->status);
 	CHECK(a->payload_len == b->payload_len);
@@ -103,7 +104,7 @@ static void check_accepted(const uint8_t *data, size_t size,
 
 	/* What frame.h promises about an accepted frame. */
 	CHECK(size >= ZCRPC_FRAME_HDR_LEN);
-	CHECK(f->type >= ZCRPC_FRAME_REQUEST && f->type <= ZCRPC_FRAME_BULK_GRANT);
+	CHECK(f->type >= ZCRPC_FRAME_REQUEST && f->type <= ZCRPC_FRAME_TYPE_MAX);
 	CHECK((f->flags & ~ZCRPC_FRAME_F_ALL) == 0);
 	CHECK(f->md_len <= ZCRPC_MD_MAX_LEN);
 	CHECK((uint64_t)f->md_len + f->payload_len == size - ZCRPC_FRAME_HDR_LEN);
@@ -119,6 +120,28 @@ static void check_accepted(const uint8_t *data, size_t size,
 		CHECK(f->type == ZCRPC_FRAME_REQUEST || f->type == ZCRPC_FRAME_REPLY);
 		CHECK(f->bulk_len >= 1 && f->bulk_len <= ZCRPC_BULK_MAX);
 	}
+	/* Streams (docs/protocol.md §8) and the count field. */
+	if (f->flags & ZCRPC_FRAME_F_STREAM) {
+		CHECK(f->type == ZCRPC_FRAME_REQUEST || f->type == ZCRPC_FRAME_REPLY ||
+		      f->type == ZCRPC_FRAME_CANCEL);
+		CHECK(!(f->flags & ZCRPC_FRAME_F_BULK));
+	}
+	if (f->flags & ZCRPC_FRAME_F_MORE)
+		CHECK(f->type == ZCRPC_FRAME_MESSAGE && f->payload_len > 0);
+	if (f->type == ZCRPC_FRAME_REQUEST && (f->flags & ZCRPC_FRAME_F_STREAM))
+		CHECK(f->payload_len == 0);
+	if (f->type == ZCRPC_FRAME_MESSAGE)
+		CHECK(f->md_len == 0 && !(f->flags & ZCRPC_FRAME_F_BULK));
+	if (f->type == ZCRPC_FRAME_HEADERS)
+		CHECK(f->payload_len == 0);
+	if (f->type == ZCRPC_FRAME_WINDOW || f->type == ZCRPC_FRAME_HALF_CLOSE)
+		CHECK(f->md_len == 0 && f->payload_len == 0);
+	if (f->type == ZCRPC_FRAME_WINDOW)
+		CHECK(f->count >= 1);
+	else if (f->type == ZCRPC_FRAME_REPLY && !(f->flags & ZCRPC_FRAME_F_STREAM))
+		CHECK(f->count <= (uint32_t)zcrpc__md_decode(f->md, f->md_len, pairs));
+	else
+		CHECK(f->count == 0);
 	if (f->type == ZCRPC_FRAME_BULK_GRANT) {
 		CHECK(f->flags == 0);
 		CHECK(f->bulk_len >= 1 && f->bulk_len <= ZCRPC_BULK_MAX);
