@@ -318,10 +318,16 @@ TEST_F(Connect, UnansweredRequestIsNamedInTheErrorAndInTheCounters)
 	std::string err = zcrpc_conn_get_error(cl.conn);
 	EXPECT_NE(err.find("no answer to the connect request sent "), std::string::npos) << err;
 	EXPECT_NE(err.find(" ms before; address and route resolved in "), std::string::npos) << err;
-	std::string moved = " " + CountersMoved(before, SnapshotDevCounters()) + " ";
-	EXPECT_NE(moved.find(" " + env_.dev0 + " cm_tx_msgs/req +"), std::string::npos) << moved;
-	EXPECT_NE(moved.find(" " + env_.dev0 + " cm_rx_msgs/req +"), std::string::npos) << moved;
-	EXPECT_EQ(moved.find(" cm_tx_msgs/rep "), std::string::npos) << moved;
+	// The IB CM's counters exist over RoCE only: iWARP (siw) connects
+	// through TCP (MPA), which has none of them.
+	if (env_.provider != "siw") {
+		std::string moved = " " + CountersMoved(before, SnapshotDevCounters()) + " ";
+		EXPECT_NE(moved.find(" " + env_.dev0 + " cm_tx_msgs/req +"), std::string::npos)
+			<< moved;
+		EXPECT_NE(moved.find(" " + env_.dev0 + " cm_rx_msgs/req +"), std::string::npos)
+			<< moved;
+		EXPECT_EQ(moved.find(" cm_tx_msgs/rep "), std::string::npos) << moved;
+	}
 	// The report of a failed test lists the listener that held it.
 	std::string report = RdmaDiagnostics(before);
 	EXPECT_NE(report.find(env_.addr0 + ":" + std::to_string(port)), std::string::npos)
