@@ -150,11 +150,14 @@ ZCRPC_API zcrpc_status zcrpc_server_register_stream(
 
 /**
  * zcrpc_stream_write - send one message of @len bytes (copied; 0 is a
- * message too). OK once queued in order. A message larger than one frame
- * goes in pieces as the window lets them (docs/protocol.md §8): the next
- * write is refused RESOURCE_EXHAUSTED until the last piece went
- * (on_writable follows); a half-close or finish made meanwhile goes after
- * it. RESOURCE_EXHAUSTED when the window is closed (on_writable follows)
+ * message too). OK once queued in order. A client's message above its
+ * channel's bulk_threshold, on a connection that is up, is copied into
+ * the channel's registered memory and goes by RDMA WRITE into memory the
+ * server grants (the server's on_message reads it where it landed);
+ * another message larger than one frame goes in pieces as the window lets
+ * them (docs/protocol.md §8). Either way the next write is refused
+ * RESOURCE_EXHAUSTED until the message went (on_writable follows); a
+ * half-close or finish made meanwhile goes after it. RESOURCE_EXHAUSTED when the window is closed (on_writable follows)
  * or no pool slot or memory is free (try again later); INVALID_ARGUMENT
  * for NULL @data with a length or a message above
  * zcrpc_stream_max_message();

@@ -4,6 +4,7 @@
  * before the reply is read, and completed calls whose grant is still out
  * (zombies). docs/design.md "Bulk". */
 #include "client_internal.h"
+#include "stream_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,9 +229,14 @@ void zcrpc__ccall_on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 				void *arg)
 {
 	zcrpc_channel *ch = arg;
-	struct ccall *c = zcrpc__ccall_lookup(ch, (uint32_t)(uintptr_t)uctx);
+	struct ccall *c;
 
-	(void)conn;
+	if ((uintptr_t)uctx & ZCRPC__STREAM_WRITE_TAG) {
+		zcrpc__cstream_on_write_done(ch, conn, (uint32_t)(uintptr_t)uctx,
+					     st);
+		return;
+	}
+	c = zcrpc__ccall_lookup(ch, (uint32_t)(uintptr_t)uctx);
 	if (!c || c->state != CS_WRITING)
 		return;
 	c->state = CS_SENT;

@@ -112,6 +112,9 @@ struct zcrpc_channel {
 	struct zcrpc__call_table streams;
 	int has_streams;
 	struct zcrpc__list live_streams;
+	/* stream attachments whose stream went while their WRITE was
+	 * posted (stream_bulk.c): their buffers wait for the completion */
+	struct zcrpc__stream_orphan *orphans;
 	/* Why zcrpc_call_start refused a call for want of room (for
 	 * zcrpc_call's message), or NULL: a static string. */
 	const char *start_why;

@@ -113,8 +113,13 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	    (!(f->flags & ZCRPC_FRAME_F_BULK) || f->payload_len))
 		return bad(why, why_len, "payload-in-bulk flag without a bulk part, or with an inline payload");
 	if (f->flags & ZCRPC_FRAME_F_BULK) {
-		if (f->type != ZCRPC_FRAME_REQUEST && f->type != ZCRPC_FRAME_REPLY)
+		if (f->type != ZCRPC_FRAME_REQUEST && f->type != ZCRPC_FRAME_REPLY &&
+		    f->type != ZCRPC_FRAME_MESSAGE)
 			return bad(why, why_len, "bulk flag on frame type %u", f->type);
+		if (f->type == ZCRPC_FRAME_MESSAGE &&
+		    (f->payload_len || (f->flags & ZCRPC_FRAME_F_MORE) ||
+		     (f->flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK)))
+			return bad(why, why_len, "a stream message by RDMA WRITE with an inline payload or a piece flag");
 		if (!f->bulk_len || f->bulk_len > ZCRPC_BULK_MAX)
 			return bad(why, why_len, "bulk length %llu out of range",
 				   (unsigned long long)f->bulk_len);
@@ -133,10 +138,12 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 				       (f->flags & ZCRPC_FRAME_F_BULK)))
 			return bad(why, why_len, "bulk token outside a grant or bulk reply");
 	}
-	/* Streams (§8): the flag on its three types, no bulk parts yet,
-	 * metadata only where a stream carries it, empty control frames. */
+	/* Streams (§8): the flag on its four types, bulk parts only on a
+	 * MESSAGE, metadata only where a stream carries it, empty control
+	 * frames. */
 	if ((f->flags & ZCRPC_FRAME_F_STREAM) && f->type != ZCRPC_FRAME_REQUEST &&
-	    f->type != ZCRPC_FRAME_REPLY && f->type != ZCRPC_FRAME_CANCEL)
+	    f->type != ZCRPC_FRAME_REPLY && f->type != ZCRPC_FRAME_CANCEL &&
+	    f->type != ZCRPC_FRAME_BULK_GRANT)
 		return bad(why, why_len, "stream flag on frame type %u", f->type);
 	if ((f->flags & ZCRPC_FRAME_F_MORE) && f->type != ZCRPC_FRAME_MESSAGE)
 		return bad(why, why_len, "more flag on frame type %u", f->type);

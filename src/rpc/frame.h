@@ -76,7 +76,7 @@ enum zcrpc_frame_type {
 /* Flags. */
 #define ZCRPC_FRAME_F_BULK 0x1U /* a bulk part of bulk_len bytes follows by RDMA WRITE */
 #define ZCRPC_FRAME_F_PAYLOAD_IN_BULK 0x2U /* the bulk part is the payload itself (too big to inline) */
-#define ZCRPC_FRAME_F_STREAM 0x4U /* REQUEST: opens a stream; REPLY: its final status; CANCEL: of a stream */
+#define ZCRPC_FRAME_F_STREAM 0x4U /* REQUEST: opens a stream; REPLY: its final status; CANCEL: of a stream; BULK_GRANT: for a stream's message */
 #define ZCRPC_FRAME_F_MORE 0x8U	  /* MESSAGE: a piece; the message goes on in the next MESSAGE */
 #define ZCRPC_FRAME_F_ALL                                                      \
 	(ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK |                  \

@@ -4,6 +4,7 @@
  * handler reads it) and a reply's part (written into the client's grant).
  * docs/design.md "Bulk". */
 #include "server_internal.h"
+#include "stream_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,20 @@ void zcrpc__scall_budget_release(zcrpc_server_call *c)
 	if (c->budget && c->sc)
 		c->sc->bulk_held -= c->budget;
 	c->budget = 0;
+}
+
+/* @c's request part is refused with @st: its call is answered, or, for a
+ * stream message's record, its stream ends with @st and the client is
+ * told (nothing when the stream went already). */
+static void refuse_part(struct sconn *sc, zcrpc_server_call *c,
+			zcrpc_status st, const char *why)
+{
+	if (c->stream_part) {
+		if (c->stream)
+			zcrpc__sstream_refuse(c->stream, st, why);
+		return;
+	}
+	zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref, st, why);
 }
 
 void zcrpc__server_watch_bulk_deadline(zcrpc_server *s, int64_t dl)
@@ -59,16 +74,15 @@ static void grant_request(zcrpc_server *s, zcrpc_server_call *c,
 	}
 	if (st != ZCRPC_OK) {
 		c->req_grant = NULL;
-		zcrpc__sconn_send_simple(
-			sc, ZCRPC_FRAME_REPLY, c->client_ref,
-			ZCRPC_RESOURCE_EXHAUSTED,
-			"no memory at the server for the request's bulk part");
+		refuse_part(sc, c, ZCRPC_RESOURCE_EXHAUSTED,
+			    "no memory at the server for the request's bulk part");
 		c->state = SS_RUNNING;
 		zcrpc__scall_free(s, c);
 		return;
 	}
 	memset(&g, 0, sizeof(g));
 	g.type = ZCRPC_FRAME_BULK_GRANT;
+	g.flags = c->stream_part ? ZCRPC_FRAME_F_STREAM : 0;
 	g.call_id = c->client_ref;
 	g.bulk_addr = r.addr;
 	g.bulk_len = r.len;
@@ -139,8 +153,7 @@ void zcrpc__scall_request_bulk(zcrpc_server *s, struct sconn *sc,
 		return;
 	}
 	s->st.bulk_refused++;
-	zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
-				 ZCRPC_RESOURCE_EXHAUSTED, why);
+	refuse_part(sc, c, ZCRPC_RESOURCE_EXHAUSTED, why);
 	c->state = SS_RUNNING;
 	zcrpc__scall_free(s, c);
 }
@@ -186,11 +199,9 @@ void zcrpc__server_on_buffer(void *arg, uint32_t ref, struct zcrpc__bulkbuf *b)
 	}
 	if (!b) {
 		s->st.bulk_refused++;
-		zcrpc__sconn_send_simple(c->sc, ZCRPC_FRAME_REPLY,
-					 c->client_ref,
-					 ZCRPC_RESOURCE_EXHAUSTED,
-					 "registering memory for the request's "
-					 "bulk part failed");
+		refuse_part(c->sc, c, ZCRPC_RESOURCE_EXHAUSTED,
+			    "registering memory for the request's bulk part "
+			    "failed");
 		c->state = SS_RUNNING;
 		zcrpc__scall_free(s, c);
 		return;
@@ -306,8 +317,7 @@ void zcrpc__sconn_on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 			 zcrpc__bulk_last_piece((size_t)c->f.bulk_len,
 						zcrpc_conn_write_piece(conn)),
 			 (unsigned long long)c->f.bulk_len);
-		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, c->client_ref,
-					 ZCRPC_INVALID_ARGUMENT, msg);
+		refuse_part(sc, c, ZCRPC_INVALID_ARGUMENT, msg);
 		zcrpc__scall_free(sc->s, c);
 		return;
 	}
@@ -346,10 +356,8 @@ static void bulk_expire(zcrpc_server *s, zcrpc_server_call *c)
 		zcrpc__scall_free(s, c);
 		return;
 	}
-	zcrpc__sconn_send_simple(
-		c->sc, ZCRPC_FRAME_REPLY, c->client_ref,
-		ZCRPC_RESOURCE_EXHAUSTED,
-		"bulk part not written within the server's time limit");
+	refuse_part(c->sc, c, ZCRPC_RESOURCE_EXHAUSTED,
+		    "bulk part not written within the server's time limit");
 	c->cancelled = 1; /* freed when the revoke completed */
 	zcrpc__scall_revoke_request(c->sc, c);
 }

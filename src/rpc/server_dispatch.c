@@ -29,6 +29,8 @@ static void scall_reset(zcrpc_server_call *c)
 
 void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c)
 {
+	if (c->stream && c->stream->att_ref == zcrpc__scall_ref(s, c))
+		c->stream->att_ref = 0; /* its stream waits for it no more */
 	zcrpc__scall_budget_release(c);
 	zcrpc__list_remove(&c->link); /* a no-op once its connection went */
 	zcrpc__list_remove(&c->qlink); /* the callers took it off the run
@@ -105,6 +107,10 @@ static void run_handler(zcrpc_server *s, zcrpc_server_call *c)
 
 void zcrpc__scall_dispatch(zcrpc_server *s, zcrpc_server_call *c)
 {
+	if (c->stream_part) { /* no handler: its stream takes the message */
+		zcrpc__sstream_part_landed(s, c);
+		return;
+	}
 	if (s->o.max_concurrent && s->st.running >= s->o.max_concurrent) {
 		c->state = SS_QUEUED;
 		zcrpc__list_push_back(&s->run_queue, &c->qlink);
@@ -259,15 +265,23 @@ static void on_cancel(struct sconn *sc, const struct zcrpc_frame *f)
 
 	zcrpc__list_foreach(n, &sc->calls)
 	{
-		if (zcrpc__scall_of(n, link)->client_ref == f->call_id) {
+		/* (a stream message's record carries the stream's reference,
+		 * from another table of the client's) */
+		if (zcrpc__scall_of(n, link)->client_ref == f->call_id &&
+		    !zcrpc__scall_of(n, link)->stream_part) {
 			c = zcrpc__scall_of(n, link);
 			break;
 		}
 	}
 	if (!c || c->cancelled)
 		return;
-	c->cancelled = 1;
 	sc->s->st.cancelled++;
+	zcrpc__scall_cancel(sc, c);
+}
+
+void zcrpc__scall_cancel(struct sconn *sc, zcrpc_server_call *c)
+{
+	c->cancelled = 1;
 	if (c->state == SS_QUEUED) {
 		zcrpc__server_rq_remove(sc->s, c);
 		zcrpc__scall_free(sc->s, c);

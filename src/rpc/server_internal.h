@@ -56,6 +56,10 @@ struct zcrpc_server_call {
 	uint8_t state;
 	atomic_uchar cancelled; /* any thread reads it (call_cancelled) */
 	uint8_t bulk_bad; /* its part's write carried the wrong byte count */
+	uint8_t stream_part; /* the record of a stream message by RDMA WRITE
+			      * (stream_bulk.c): no handler; delivered to
+			      * @stream when it landed */
+	struct zcrpc_stream *stream; /* NULL once the stream went */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once the connection is gone */
 	struct zcrpc__list link;  /* sc->calls */
@@ -231,6 +235,12 @@ zcrpc_status zcrpc__server_intercept(zcrpc_server *s, const struct zcrpc_frame *
 				     struct zcrpc__icall *ic, const char **why);
 void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c);
 void zcrpc__scall_dispatch(zcrpc_server *s, zcrpc_server_call *c);
+/* The client will not write @c's part or wants no reply (its CANCEL):
+ * dropped if not running yet, its grant revoked first. */
+void zcrpc__scall_cancel(struct sconn *sc, zcrpc_server_call *c);
+/* A stream message's record (stream_part) landed: its stream takes the
+ * message from the buffer, then the record is freed. */
+void zcrpc__sstream_part_landed(zcrpc_server *s, zcrpc_server_call *c);
 void zcrpc__server_run_queue(zcrpc_server *s);
 void zcrpc__server_rq_remove(zcrpc_server *s, zcrpc_server_call *c);
 void zcrpc__sconn_protocol_error(struct sconn *sc, const char *why);

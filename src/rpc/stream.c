@@ -179,13 +179,18 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 	int more = (f->flags & ZCRPC_FRAME_F_MORE) != 0;
 	struct smsg *m;
 
+	int bulk = (f->flags & ZCRPC_FRAME_F_BULK) != 0;
+
 	if (!s->recv_left)
 		return 1;
 	s->recv_left--;
 	if (s->ended)
 		return 0; /* it is going: nobody reads any more */
-	if (!s->paused && !s->held_head) {
-		take(s, f->payload, f->payload_len, more);
+	if (!s->paused && !s->held_head && !s->att_ref) {
+		if (bulk)
+			zcrpc__sstream_start_part(s, f->bulk_len);
+		else
+			take(s, f->payload, f->payload_len, more);
 		give_window(s, 0);
 		return 0;
 	}
@@ -200,6 +205,7 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 	m->next = NULL;
 	m->len = f->payload_len;
 	m->more = more;
+	m->bulk_len = bulk ? f->bulk_len : 0;
 	memcpy(m->data, f->payload, f->payload_len);
 	if (s->held_tail)
 		s->held_tail->next = m;
@@ -212,13 +218,19 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 
 void zcrpc__stream_on_window(zcrpc_stream *s, const struct zcrpc_frame *f)
 {
-	int was_closed = !s->send_window || s->out_big;
+	int was_closed = !s->send_window || zcrpc__stream_busy(s);
 
 	s->send_window = s->send_window + f->count > WINDOW_CAP
 				 ? WINDOW_CAP
 				 : s->send_window + f->count;
 	zcrpc__stream_pump(s);
-	if (was_closed && s->wanted_write && !s->ended && !s->out_big &&
+	if (was_closed)
+		zcrpc__stream_writable_again(s);
+}
+
+void zcrpc__stream_writable_again(zcrpc_stream *s)
+{
+	if (s->wanted_write && !s->ended && !zcrpc__stream_busy(s) &&
 	    s->send_window) {
 		s->wanted_write = 0;
 		if (s->h.on_writable)
@@ -232,20 +244,53 @@ static void deliver_held(zcrpc_stream *s)
 {
 	struct smsg *m;
 
-	while (!s->paused && !s->ended && (m = s->held_head)) {
+	while (!s->paused && !s->ended && !s->att_ref && (m = s->held_head)) {
 		s->held_head = m->next;
 		if (!s->held_head)
 			s->held_tail = NULL;
 		s->nheld--;
-		take(s, m->data, m->len, m->more);
+		if (m->bulk_len) /* its grant goes now; the rest waits */
+			zcrpc__sstream_start_part(s, m->bulk_len);
+		else
+			take(s, m->data, m->len, m->more);
 		free(m);
 	}
-	if (!s->held_head && s->half_pending && !s->ended && !s->paused) {
+	if (!s->held_head && s->half_pending && !s->ended && !s->paused &&
+	    !s->att_ref) {
 		s->half_pending = 0;
 		if (s->h.on_half_close)
 			s->h.on_half_close(s, s->h.arg);
 	}
 	give_window(s, 1);
+}
+
+void zcrpc__stream_take_landed(zcrpc_stream *s, const void *data, size_t len)
+{
+	struct smsg *m;
+
+	if (s->ended)
+		return;
+	if (!s->paused) {
+		take(s, data, len, 0);
+		deliver_held(s); /* what came behind it; then the window */
+		return;
+	}
+	/* Paused meanwhile: held first, before what arrived behind it. */
+	m = malloc(sizeof(*m) + len);
+	if (!m) {
+		zcrpc__stream_end(s, ZCRPC_RESOURCE_EXHAUSTED,
+				  "no memory to hold a message of a paused stream");
+		return;
+	}
+	m->len = len;
+	m->more = 0;
+	m->bulk_len = 0;
+	memcpy(m->data, data, len);
+	m->next = s->held_head;
+	s->held_head = m;
+	if (!s->held_tail)
+		s->held_tail = m;
+	s->nheld++;
 }
 
 void zcrpc__stream_free_held(zcrpc_stream *s)
@@ -373,9 +418,9 @@ void zcrpc__stream_pump(zcrpc_stream *s)
 			s->out_big = NULL;
 		}
 	}
-	if (s->out_big || s->ended)
+	if (zcrpc__stream_busy(s) || s->ended)
 		return;
-	/* What waited for the last piece. */
+	/* What waited for the last piece (or the attachment's write). */
 	if (s->half_after_big) {
 		s->half_after_big = 0;
 		if (zcrpc__stream_build(s, ZCRPC_FRAME_HALF_CLOSE, 0, &out) ==
@@ -416,10 +461,12 @@ static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
 		return ZCRPC_FAILED_PRECONDITION;
 	if (len > ZCRPC_STREAM_MAX_MESSAGE)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (!s->send_window || s->out_big) {
+	if (!s->send_window || zcrpc__stream_busy(s)) {
 		s->wanted_write = 1;
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
+	if (zcrpc__cstream_attaches(s, len))
+		return zcrpc__cstream_write_attached(s, len, fill, ctx, data);
 	if (len > piece_max(s)) {
 		/* In pieces, as the window lets them go; the next write waits
 		 * until the last went. */
@@ -468,7 +515,7 @@ zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
 int zcrpc_stream_can_write(const zcrpc_stream *s)
 {
 	return s && !s->ended && !s->half_local && !s->half_after_big &&
-	       !s->out_big && s->send_window > 0;
+	       !zcrpc__stream_busy(s) && s->send_window > 0;
 }
 
 void zcrpc_stream_pause(zcrpc_stream *s)

@@ -39,6 +39,7 @@ void zcrpc__cstream_free(zcrpc_stream *s)
 
 	zcrpc__timer_stop(s->w, &s->timer);
 	drop_queue(s);
+	zcrpc__cstream_drop_attachment(s);
 	zcrpc__stream_free_held(s);
 	if (s->has_end_frame)
 		zcrpc_msg_free(s->w, &s->end_frame);
@@ -144,7 +145,12 @@ void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out)
 static void end_local(zcrpc_stream *s, zcrpc_status st, const char *msg)
 {
 	drop_queue(s);
-	if (s->sent_open)
+	if (s->sent_open && s->att_writing)
+		/* its attachment's WRITE is posted: the CANCEL goes once it
+		 * completed (docs/protocol.md §7: a client never lets a
+		 * CANCEL overtake its write) */
+		s->cancel_after_write = 1;
+	else if (s->sent_open)
 		zcrpc__channel_cancel_ref(s->ch, s->conn, s->ref,
 					  ZCRPC_FRAME_F_STREAM);
 	zcrpc__stream_end(s, st, msg);
@@ -283,8 +289,8 @@ zcrpc_status zcrpc_stream_close_send(zcrpc_stream *s)
 		return ZCRPC_INVALID_ARGUMENT;
 	if (s->ended || s->half_local)
 		return ZCRPC_FAILED_PRECONDITION;
-	if (s->out_big) {
-		/* after the pieces of the message being written */
+	if (zcrpc__stream_busy(s)) {
+		/* after the message being written (pieces, attachment) */
 		s->half_after_big = 1;
 		s->half_local = 1;
 		return ZCRPC_OK;
@@ -366,7 +372,16 @@ void zcrpc__cstreams_on_frame(zcrpc_channel *ch, zcrpc_conn *conn,
 			s->h.on_headers(s, n ? md : NULL, n, s->h.arg);
 		}
 		break;
+	case ZCRPC_FRAME_BULK_GRANT:
+		zcrpc__cstream_on_grant(s, conn, f);
+		break;
 	case ZCRPC_FRAME_MESSAGE:
+		if (f->flags & ZCRPC_FRAME_F_BULK) {
+			zcrpc__channel_protocol_error(
+				ch, conn, "a stream message by RDMA WRITE from "
+					  "the server");
+			return;
+		}
 		s->got_message = 1;
 		if (zcrpc__stream_on_message(s, f))
 			server_broke(s, "the server wrote past the stream's "
@@ -419,6 +434,7 @@ void zcrpc__cstreams_destroy(zcrpc_channel *ch)
 		zcrpc__stream_end(s, ZCRPC_CANCELLED, "channel destroyed");
 		zcrpc__stream_run_finish(s); /* frees it */
 	}
+	zcrpc__cstreams_free_orphans(ch);
 	zcrpc__call_table_fini(&ch->streams);
 	ch->has_streams = 0;
 }

@@ -21,6 +21,8 @@ struct smsg {
 	struct smsg *next;
 	size_t len;
 	int more;
+	uint64_t bulk_len; /* server: a message announced by RDMA WRITE
+			    * (its grant waits), no data */
 	unsigned char data[];
 };
 
@@ -63,6 +65,13 @@ struct zcrpc_stream {
 				    * after the pieces (has_end_out) */
 	unsigned has_end_out : 1;
 	unsigned half_after_big : 1; /* client: half-close after the pieces */
+	/* A client's large message by RDMA WRITE (stream_bulk.c). */
+	struct zcrpc__bulkbuf *att_out; /* writer (client): its registered copy */
+	size_t att_len;
+	unsigned att_writing : 1;	/* its WRITE is posted */
+	unsigned cancel_after_write : 1; /* the CANCEL goes once it completed */
+	uint32_t att_ref; /* reader (server): the call record holding the
+			   * message's grant; 0 = none */
 	zcrpc_status end_after_big;
 	char *end_msg_after_big;
 	/* how it ended */
@@ -125,6 +134,51 @@ void zcrpc__stream_end_after_pieces(zcrpc_stream *s, struct zcrpc__out *out,
 				    zcrpc_status st, const char *msg);
 /* The time left of @s's deadline for a frame (us, capped), 0 = none. */
 uint32_t zcrpc__stream_deadline_us(const zcrpc_stream *s, int64_t now);
+
+/* A message the reader took from its own memory (a landed attachment):
+ * delivered now unless paused (then held, first), then what waited
+ * behind it. */
+void zcrpc__stream_take_landed(zcrpc_stream *s, const void *data, size_t len);
+/* The write window may be open again: on_writable if a write wanted it. */
+void zcrpc__stream_writable_again(zcrpc_stream *s);
+/* Nonzero while a message of @s is still going out (pieces, or an
+ * attachment waiting for its grant or its write). */
+static inline int zcrpc__stream_busy(const zcrpc_stream *s)
+{
+	return s->out_big != NULL || s->att_out != NULL;
+}
+
+/* ---- stream_bulk.c: a client's large messages by RDMA WRITE ---- */
+/* Nonzero when @s (a client's) sends a @len-byte message as an
+ * attachment: its connection is up and takes them, and @len is above the
+ * channel's bulk threshold. */
+int zcrpc__cstream_attaches(const zcrpc_stream *s, size_t len);
+/* Announces the message (copied into a registered buffer) with MESSAGE
+ * [BULK]; it is written once the server's grant arrives. */
+zcrpc_status zcrpc__cstream_write_attached(zcrpc_stream *s, size_t len,
+					   zcrpc_fill_fn fill, void *ctx,
+					   const void *data);
+/* A BULK_GRANT with STREAM for @s from @conn. */
+void zcrpc__cstream_on_grant(zcrpc_stream *s, zcrpc_conn *conn,
+			     const struct zcrpc_frame *f);
+/* The WRITE of stream @ref's attachment completed with @st on @conn. */
+void zcrpc__cstream_on_write_done(zcrpc_channel *ch, zcrpc_conn *conn,
+				  uint32_t ref, zcrpc_status st);
+/* The write completions of stream attachments carry this tag above the
+ * stream's reference (a call's carry the call's reference alone). */
+#define ZCRPC__STREAM_WRITE_TAG ((uintptr_t)1 << 32)
+/* @s is being freed: its attachment's buffer goes back, or, while its
+ * WRITE is posted, waits for the completion. */
+void zcrpc__cstream_drop_attachment(zcrpc_stream *s);
+/* The channel is being destroyed: the buffers of writes still posted go
+ * back (its connections go next). */
+void zcrpc__cstreams_free_orphans(zcrpc_channel *ch);
+/* Server: a MESSAGE [BULK] of @len bytes is @s's next message: take
+ * memory and grant it (the call record machinery of request parts). */
+void zcrpc__sstream_start_part(zcrpc_stream *s, uint64_t len);
+/* Server: @s is being freed or cancelled: its part's record forgets it
+ * (@cancel: the client said it will not write, so revoke now). */
+void zcrpc__sstream_part_release(zcrpc_stream *s, int cancel);
 
 /* ---- stream_client.c ---- */
 void zcrpc__cstreams_on_frame(zcrpc_channel *ch, zcrpc_conn *conn,

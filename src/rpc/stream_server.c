@@ -51,6 +51,7 @@ void zcrpc__sstream_send(zcrpc_stream *s, struct zcrpc__out *out)
 
 void zcrpc__sstream_free(zcrpc_stream *s)
 {
+	zcrpc__sstream_part_release(s, 0);
 	zcrpc__timer_stop(s->w, &s->timer);
 	zcrpc__stream_free_held(s);
 	zcrpc__list_remove(&s->link);
@@ -211,7 +212,8 @@ void zcrpc__sstreams_on_frame(struct sconn *sc, const struct zcrpc_frame *f)
 		on_open(sc, f);
 		return;
 	}
-	if (f->type == ZCRPC_FRAME_HEADERS || f->type == ZCRPC_FRAME_REPLY) {
+	if (f->type == ZCRPC_FRAME_HEADERS || f->type == ZCRPC_FRAME_REPLY ||
+	    f->type == ZCRPC_FRAME_BULK_GRANT) {
 		zcrpc__sconn_protocol_error(sc, "a server's frame from the client");
 		return;
 	}
@@ -220,6 +222,13 @@ void zcrpc__sstreams_on_frame(struct sconn *sc, const struct zcrpc_frame *f)
 		return; /* it ended here first (finish, deadline): late */
 	switch (f->type) {
 	case ZCRPC_FRAME_MESSAGE:
+		if ((f->flags & ZCRPC_FRAME_F_BULK) &&
+		    !zcrpc__conn_has_stream_bulk(sc->conn)) {
+			zcrpc__sconn_protocol_error(
+				sc, "a stream message by RDMA WRITE on a "
+				    "connection without them");
+			return;
+		}
 		if (s->half_peer) {
 			client_broke(s, ZCRPC_INTERNAL,
 				     "a message after the client's half-close");
@@ -239,13 +248,14 @@ void zcrpc__sstreams_on_frame(struct sconn *sc, const struct zcrpc_frame *f)
 			break;
 		}
 		s->half_peer = 1;
-		if (s->held_head || s->paused)
+		if (s->held_head || s->paused || s->att_ref)
 			s->half_pending = 1; /* after the held messages */
 		else if (s->h.on_half_close)
 			s->h.on_half_close(s, s->h.arg);
 		break;
 	case ZCRPC_FRAME_CANCEL:
 		s->s->st.cancelled++;
+		zcrpc__sstream_part_release(s, 1);
 		zcrpc__stream_end(s, ZCRPC_CANCELLED, "cancelled by the client");
 		break;
 	default:

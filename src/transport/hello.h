@@ -79,10 +79,15 @@ extern "C" {
 #define ZCRPC_FEAT_STREAMS                                                     \
 	0x80U /* the sender's RPC layer speaks streams: the frame types and    \
 		 flags of docs/protocol.md §8 */
+#define ZCRPC_FEAT_STREAM_BULK                                                 \
+	0x200U /* the sender's RPC layer moves a client's large stream        \
+		  messages by RDMA WRITE into memory the server grants        \
+		  (MESSAGE with BULK, BULK_GRANT with STREAM:                 \
+		  docs/protocol.md §8) */
 #define ZCRPC_FEAT_ALL                                                         \
 	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
 	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN |                              \
-	 ZCRPC_FEAT_STREAMS) /* set in every hello */
+	 ZCRPC_FEAT_STREAMS | ZCRPC_FEAT_STREAM_BULK) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

@@ -29,6 +29,8 @@ static uint32_t rdma_features(const zcrpc_conn *c)
 
 _Static_assert(ZCRPC_SEAM_FEAT_STREAMS == ZCRPC_FEAT_STREAMS,
 	       "the seam's stream bit is the hello's");
+_Static_assert(ZCRPC_SEAM_FEAT_STREAM_BULK == ZCRPC_FEAT_STREAM_BULK,
+	       "the seam's stream-bulk bit is the hello's");
 
 static void rdma_abort(zcrpc_conn *c, zcrpc_status st, const char *why)
 {

@@ -56,6 +56,8 @@ struct zcrpc__conn_ops {
 
 /* The connection's peer speaks streams (docs/protocol.md §8). */
 #define ZCRPC_SEAM_FEAT_STREAMS 0x80U
+/* ... and moves a client's large stream messages by RDMA WRITE. */
+#define ZCRPC_SEAM_FEAT_STREAM_BULK 0x200U
 
 /* The first member of every connection object, whatever its kind. */
 struct zcrpc__conn_base {
@@ -87,6 +89,12 @@ static inline zcrpc_status zcrpc__conn_send_urgent(zcrpc_conn *c, zcrpc_msg *m,
 static inline int zcrpc__conn_has_streams(const zcrpc_conn *c)
 {
 	return (zcrpc__conn_ops_of(c)->features(c) & ZCRPC_SEAM_FEAT_STREAMS) != 0;
+}
+
+static inline int zcrpc__conn_has_stream_bulk(const zcrpc_conn *c)
+{
+	return (zcrpc__conn_ops_of(c)->features(c) &
+		ZCRPC_SEAM_FEAT_STREAM_BULK) != 0;
 }
 
 /* ops->abort with a printf-style reason (cut at 192 bytes). */

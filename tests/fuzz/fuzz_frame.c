@@ -117,13 +117,15 @@ static void check_accepted(const uint8_t *data, size_t size,
 	if (f->flags & ZCRPC_FRAME_F_PAYLOAD_IN_BULK)
 		CHECK((f->flags & ZCRPC_FRAME_F_BULK) && f->payload_len == 0);
 	if (f->flags & ZCRPC_FRAME_F_BULK) {
-		CHECK(f->type == ZCRPC_FRAME_REQUEST || f->type == ZCRPC_FRAME_REPLY);
+		CHECK(f->type == ZCRPC_FRAME_REQUEST || f->type == ZCRPC_FRAME_REPLY ||
+		      f->type == ZCRPC_FRAME_MESSAGE);
 		CHECK(f->bulk_len >= 1 && f->bulk_len <= ZCRPC_BULK_MAX);
 	}
 	/* Streams (docs/protocol.md §8) and the count field. */
 	if (f->flags & ZCRPC_FRAME_F_STREAM) {
 		CHECK(f->type == ZCRPC_FRAME_REQUEST || f->type == ZCRPC_FRAME_REPLY ||
-		      f->type == ZCRPC_FRAME_CANCEL);
+		      f->type == ZCRPC_FRAME_CANCEL ||
+		      f->type == ZCRPC_FRAME_BULK_GRANT);
 		CHECK(!(f->flags & ZCRPC_FRAME_F_BULK));
 	}
 	if (f->flags & ZCRPC_FRAME_F_MORE)
@@ -131,7 +133,10 @@ static void check_accepted(const uint8_t *data, size_t size,
 	if (f->type == ZCRPC_FRAME_REQUEST && (f->flags & ZCRPC_FRAME_F_STREAM))
 		CHECK(f->payload_len == 0);
 	if (f->type == ZCRPC_FRAME_MESSAGE)
-		CHECK(f->md_len == 0 && !(f->flags & ZCRPC_FRAME_F_BULK));
+		CHECK(f->md_len == 0);
+	if (f->type == ZCRPC_FRAME_MESSAGE && (f->flags & ZCRPC_FRAME_F_BULK))
+		/* a client's large message by RDMA WRITE: nothing inline */
+		CHECK(f->payload_len == 0 && !(f->flags & ZCRPC_FRAME_F_MORE));
 	if (f->type == ZCRPC_FRAME_HEADERS)
 		CHECK(f->payload_len == 0);
 	if (f->type == ZCRPC_FRAME_WINDOW || f->type == ZCRPC_FRAME_HALF_CLOSE)
@@ -143,7 +148,7 @@ static void check_accepted(const uint8_t *data, size_t size,
 	else
 		CHECK(f->count == 0);
 	if (f->type == ZCRPC_FRAME_BULK_GRANT) {
-		CHECK(f->flags == 0);
+		CHECK((f->flags & ~ZCRPC_FRAME_F_STREAM) == 0);
 		CHECK(f->bulk_len >= 1 && f->bulk_len <= ZCRPC_BULK_MAX);
 		CHECK(f->bulk_addr <= UINT64_MAX - f->bulk_len);
 		CHECK(f->md_len == 0 && f->payload_len == 0);

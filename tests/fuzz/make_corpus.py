@@ -149,7 +149,11 @@ def seeds():
     s["bad-stream-flag-on-message"] = frame(MESSAGE, flags=F_STREAM)
     s["bad-stream-open-payload"] = frame(REQUEST, b"", b"x", flags=F_STREAM, method=m_echo)
     s["bad-stream-bulk"] = frame(REPLY, flags=F_STREAM | F_BULK, blen=4096)
-    s["bad-stream-message-bulk"] = frame(MESSAGE, flags=F_BULK, blen=4096)
+    s["ok-stream-message-bulk"] = frame(MESSAGE, flags=F_BULK, blen=4 << 20)
+    s["ok-stream-grant"] = frame(GRANT, flags=F_STREAM, addr=0x1000, blen=1 << 20, token=7)
+    s["bad-stream-message-bulk-payload"] = frame(MESSAGE, payload=b"x", flags=F_BULK, blen=4096)
+    s["bad-stream-message-bulk-piece"] = frame(MESSAGE, flags=F_BULK | F_MORE, blen=4096)
+    s["bad-stream-window-bulk"] = frame(WINDOW, flags=F_BULK, blen=4096, res12=4)
     s["bad-stream-piece-empty"] = frame(MESSAGE, flags=F_MORE)
     s["bad-stream-more-on-reply"] = frame(REPLY, payload=b"x", flags=F_MORE)
     # Bare metadata: the fuzzer also runs zcrpc__md_decode on the raw input.

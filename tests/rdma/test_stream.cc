@@ -779,7 +779,12 @@ TEST_F(Stream, MessagesLargerThanAFrameGoInPiecesBothWays)
 	svc_.on_half = [&](Seen &x) {
 		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
 	};
-	Listen();
+	// Pieces both ways: the client's large messages would go by RDMA WRITE
+	// above its bulk threshold (StreamBulk.*), so this one has none.
+	zcrpc_channel_opts co;
+	zcrpc_channel_opts_init(&co);
+	co.bulk_threshold = SIZE_MAX;
+	Listen(&co);
 
 	// Ping-pong with gRPC's interop sizes, answers of 31415, 9, 2653, 58979.
 	Seen pp;
@@ -846,4 +851,148 @@ TEST_F(Stream, MessagesLargerThanAFrameGoInPiecesBothWays)
 	EXPECT_EQ(zcrpc_stream_write(zs, huge.data(), huge.size()), ZCRPC_INVALID_ARGUMENT);
 	EXPECT_EQ(zcrpc_stream_cancel(zs), ZCRPC_OK);
 	ASSERT_TRUE(Until([&] { return z.finished; }));
+}
+
+// ---- a client's large messages by RDMA WRITE (stream_bulk.c) -------------
+
+namespace {
+
+std::string Pattern(size_t n, char seed)
+{
+	std::string m(n, '\0');
+	for (size_t k = 0; k < n; k++)
+		m[k] = static_cast<char>(seed + k * 13 + (k >> 9));
+	return m;
+}
+
+zcrpc_server_stats ServerStats(zcrpc_server *s)
+{
+	zcrpc_server_stats st{};
+	zcrpc_server_get_stats(s, &st, sizeof(st));
+	return st;
+}
+
+} // namespace
+
+TEST_F(Stream, ClientMessagesAboveTheBulkThresholdGoByRdmaWriteInOrder)
+{
+	// The server checks every message against the pattern its size names
+	// and pauses after the first large one for a while: what the client
+	// sends behind it waits, in order.
+	std::vector<size_t> sizes;
+	bool intact = true, paused_once = false;
+	zcrpc_stream *paused = nullptr;
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		sizes.push_back(m.size());
+		intact = intact && m == Pattern(m.size(), 'a');
+		if (m.size() > 16384 && !paused_once) {
+			paused_once = true;
+			paused = x.s;
+			zcrpc_stream_pause(x.s);
+		}
+	};
+	svc_.on_half = [&](Seen &x) {
+		std::string n = std::to_string(x.msgs.size());
+		EXPECT_EQ(zcrpc_stream_write(x.s, n.data(), n.size()), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	Listen();
+	ASSERT_TRUE(UnaryWorks()); // the connection is up: attachments from here
+
+	const std::vector<size_t> want = {100, size_t(1) << 20, 5, 20000, 3000000, 16385, 7};
+	Seen up;
+	zcrpc_stream *u = Start(up);
+	size_t next = 0;
+	auto write_more = [&](Seen &x) {
+		while (next < want.size()) {
+			std::string m = Pattern(want[next], 'a');
+			zcrpc_status st = zcrpc_stream_write(x.s, m.data(), m.size());
+			if (st == ZCRPC_RESOURCE_EXHAUSTED)
+				return; // an attachment is going: on_writable follows
+			ASSERT_EQ(st, ZCRPC_OK) << zcrpc_status_str(st);
+			next++;
+		}
+		EXPECT_EQ(zcrpc_stream_close_send(x.s), ZCRPC_OK);
+		x.on_writable = nullptr;
+	};
+	up.on_writable = write_more;
+	write_more(up);
+	ASSERT_TRUE(Until([&] { return paused_once; }, 60000));
+	// Paused at the server: the rest waits there (or at the client).
+	ASSERT_FALSE(Until([&] { return up.finished; }, 500));
+	zcrpc_server_stats during = ServerStats(srv_);
+	EXPECT_GT(during.bulk_pinned, 0u) << "the server registered memory for the parts";
+	zcrpc_stream_resume(paused);
+	ASSERT_TRUE(Until([&] { return up.finished; }, 90000));
+	EXPECT_EQ(up.status, ZCRPC_OK) << up.message;
+	EXPECT_EQ(sizes, want) << "every message, in order";
+	EXPECT_TRUE(intact) << "a message arrived changed";
+	ASSERT_EQ(up.msgs.size(), 1u);
+	EXPECT_EQ(up.msgs[0], std::to_string(want.size()));
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_GE(cs.copied_bytes, (size_t(1) << 20) + 3000000 + 20000 + 16385)
+		<< "the large messages went from the channel's registered copies";
+	ASSERT_TRUE(Until([&] { return ServerStats(srv_).bulk_in_use == 0; }))
+		<< "the server's parts' memory went back";
+	EXPECT_EQ(ServerStats(srv_).protocol_errors, 0u);
+	EXPECT_TRUE(UnaryWorks());
+}
+
+TEST_F(Stream, AStreamEndedWhileItsLargeMessageIsGrantedLeavesNothingBehind)
+{
+	// The server finishes a stream at its first (small) message, while the
+	// client's 2 MiB message behind it waits for its grant or its write;
+	// another stream is cancelled by the client right after a large write.
+	// Neither leaks server memory or breaks the connection.
+	zcrpc_server_destroy(srv_);
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.bulk_write_timeout_ms = 300; // a grant never written ends soon
+	ASSERT_EQ(zcrpc_server_create(w_, &so, &srv_), ZCRPC_OK);
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		if (m == "finish")
+			EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	Listen();
+	ASSERT_TRUE(UnaryWorks());
+	std::string big = Pattern(2 << 20, 'b');
+
+	Seen a;
+	zcrpc_stream *sa = Start(a);
+	ASSERT_EQ(zcrpc_stream_write(sa, "finish", 6), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_stream_write(sa, big.data(), big.size()), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return a.finished; }, 60000));
+	EXPECT_EQ(a.status, ZCRPC_OK) << a.message;
+
+	Seen b;
+	zcrpc_stream *sb = Start(b);
+	ASSERT_EQ(zcrpc_stream_write(sb, big.data(), big.size()), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return ServerStats(srv_).bulk_pinned > 0; }, 60000));
+	ASSERT_EQ(zcrpc_stream_cancel(sb), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return b.finished; }, 60000));
+	EXPECT_EQ(b.status, ZCRPC_CANCELLED);
+	ASSERT_TRUE(Until([&] {
+		return svc_.streams.size() == 2 && svc_.streams[1]->finished;
+	}, 60000));
+	EXPECT_EQ(svc_.streams[1]->status, ZCRPC_CANCELLED) << svc_.streams[1]->message;
+	EXPECT_TRUE(svc_.streams[1]->msgs.empty());
+
+	ASSERT_TRUE(Until([&] { return ServerStats(srv_).bulk_in_use == 0; }, 30000))
+		<< "every part's memory went back (written, revoked or timed out)";
+	EXPECT_EQ(ServerStats(srv_).protocol_errors, 0u);
+	EXPECT_TRUE(UnaryWorks()) << "the connection stayed";
+	// And a new stream's large message still goes.
+	Seen c;
+	std::vector<size_t> got;
+	svc_.on_msg = [&](Seen &, const std::string &m) { got.push_back(m.size()); };
+	svc_.on_half = [&](Seen &x) {
+		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	zcrpc_stream *sc = Start(c);
+	ASSERT_EQ(zcrpc_stream_write(sc, big.data(), big.size()), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_stream_close_send(sc), ZCRPC_OK) << "a half-close waits behind it";
+	ASSERT_TRUE(Until([&] { return c.finished; }, 60000));
+	EXPECT_EQ(c.status, ZCRPC_OK) << c.message;
+	EXPECT_EQ(got, std::vector<size_t>{big.size()});
 }

@@ -25,6 +25,8 @@ struct Got {
 	uint16_t flags;
 	uint32_t call_id, status, window;
 	std::string payload;
+	uint64_t bulk_addr, bulk_len;
+	uint32_t bulk_rkey, bulk_token;
 };
 
 struct RawPeer {
@@ -51,13 +53,14 @@ struct RawPeer {
 			ASSERT_EQ(zcrpc__frame_decode(d, n, &f, why, sizeof(why)), ZCRPC_OK) << why;
 			p->got.push_back({f.type, f.flags, f.call_id, f.status, f.count,
 					  std::string(reinterpret_cast<const char *>(f.payload),
-						      f.payload_len)});
+						      f.payload_len),
+					  f.bulk_addr, f.bulk_len, f.bulk_rkey, f.bulk_token});
 		};
 		return h;
 	}
 	// Sends a frame with an inline payload and no metadata.
 	zcrpc_status Send(uint8_t type, uint16_t flags, uint32_t ref, const std::string &payload = "",
-			  uint32_t method = 0, uint32_t window = 0)
+			  uint32_t method = 0, uint32_t window = 0, uint64_t bulk_len = 0)
 	{
 		zcrpc_frame f{};
 		f.type = type;
@@ -65,6 +68,7 @@ struct RawPeer {
 		f.call_id = ref;
 		f.method_id = method;
 		f.count = window;
+		f.bulk_len = bulk_len;
 		f.payload_len = static_cast<uint32_t>(payload.size());
 		std::vector<uint8_t> b(ZCRPC_FRAME_HDR_LEN);
 		zcrpc__frame_encode(&f, b.data());
@@ -81,6 +85,14 @@ struct RawPeer {
 	{
 		for (const auto &g : got)
 			if (g.type == ZCRPC_FRAME_REPLY && g.call_id == ref)
+				return &g;
+		return nullptr;
+	}
+	// The grant the peer got for stream @ref's message, or nullptr.
+	const Got *GrantOf(uint32_t ref) const
+	{
+		for (const auto &g : got)
+			if (g.type == ZCRPC_FRAME_BULK_GRANT && g.call_id == ref)
 				return &g;
 		return nullptr;
 	}
@@ -121,6 +133,8 @@ protected:
 	{
 		zcrpc_server_opts so;
 		zcrpc_server_opts_init(&so);
+		if (write_timeout_ms_)
+			so.bulk_write_timeout_ms = write_timeout_ms_;
 		so.arg = &closed_why_;
 		so.on_disconnect = [](zcrpc_server *, zcrpc_conn *c, zcrpc_status, void *a) {
 			*static_cast<std::string *>(a) = zcrpc_conn_get_error(c);
@@ -188,6 +202,7 @@ protected:
 	RawPeer raw_;
 	Served served_;
 	std::string closed_why_; // the server's text for the last connection it closed
+	int write_timeout_ms_ = 0; // the server's bulk_write_timeout_ms, 0 = its default
 };
 
 } // namespace
@@ -409,4 +424,80 @@ TEST_F(StreamHostile, AServerThatBreaksAStreamsRulesEndsOnlyThatStreamAtTheClien
 	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
 	EXPECT_EQ(cs.protocol_errors, 0u) << "no connection was closed for a stream's rule";
 	zcrpc_conn_destroy(srv.conn);
+}
+
+TEST_F(StreamHostile, AClientThatMisusesAStreamMessagesGrantLosesOnlyThatStream)
+{
+	write_timeout_ms_ = 400;
+	ServerAndRawClient();
+	const uint32_t good = Open(0x300001);
+	ASSERT_EQ(raw_.Send(ZCRPC_FRAME_MESSAGE, 0, good, "one"), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.MessagesOf(good) == 1; }));
+
+	// Announced and never written: the grant's time limit ends the stream.
+	const uint32_t idle = Open(0x300002);
+	ASSERT_EQ(raw_.Send(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_BULK, idle, "", 0, 0, 1 << 20),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.GrantOf(idle) != nullptr; }));
+	EXPECT_EQ(raw_.GrantOf(idle)->flags, ZCRPC_FRAME_F_STREAM);
+	EXPECT_GE(raw_.GrantOf(idle)->bulk_len, uint64_t(1) << 20);
+	ASSERT_TRUE(Until([&] { return raw_.EndOf(idle) != nullptr; }));
+	EXPECT_EQ(raw_.EndOf(idle)->status, ZCRPC_RESOURCE_EXHAUSTED);
+	EXPECT_EQ(raw_.EndOf(idle)->payload, "bulk part not written within the server's time limit");
+
+	// Above the reader's limit (4 MiB): refused before any memory is taken.
+	const uint32_t huge = Open(0x300003);
+	ASSERT_EQ(raw_.Send(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_BULK, huge, "", 0, 0, 5 << 20),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.EndOf(huge) != nullptr; }));
+	EXPECT_EQ(raw_.EndOf(huge)->status, ZCRPC_RESOURCE_EXHAUSTED);
+	EXPECT_EQ(raw_.EndOf(huge)->payload, "a stream message above the reader's limit");
+	EXPECT_EQ(raw_.GrantOf(huge), nullptr);
+
+	// Written short: 100 bytes of a 64 KiB message. The server never hands
+	// the message over: the stream ends INVALID_ARGUMENT.
+	const uint32_t shorty = Open(0x300004);
+	ASSERT_EQ(raw_.Send(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_BULK, shorty, "", 0, 0, 65536),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.GrantOf(shorty) != nullptr; }));
+	std::vector<char> src(100, 's');
+	zcrpc_mr *mr = nullptr;
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(w_), src.data(), src.size(), 0, &mr),
+		  ZCRPC_OK);
+	const Got *g = raw_.GrantOf(shorty);
+	zcrpc_remote_region r{g->bulk_addr, g->bulk_len, g->bulk_rkey, 0};
+	uint32_t imm = g->bulk_token;
+	ASSERT_EQ(zcrpc_conn_write(raw_.conn, mr, 0, src.size(), &r, 0, &imm, nullptr), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.EndOf(shorty) != nullptr; }));
+	EXPECT_EQ(raw_.EndOf(shorty)->status, ZCRPC_INVALID_ARGUMENT) << raw_.EndOf(shorty)->payload;
+
+	// A grant's frame from a client is a server's frame: that connection only.
+	// (Checked last: it closes the raw connection.) Before it, the healthy
+	// stream and unary calls still work and nothing is held.
+	ASSERT_EQ(raw_.Send(ZCRPC_FRAME_MESSAGE, 0, good, "two"), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.MessagesOf(good) == 2; }));
+	EXPECT_TRUE(UnaryAnswered(0x400001));
+	zcrpc_server_stats ss;
+	ASSERT_TRUE(Until([&] {
+		zcrpc_server_get_stats(srv_, &ss, sizeof(ss));
+		return ss.bulk_in_use == 0;
+	}));
+	EXPECT_EQ(ss.protocol_errors, 0u);
+	EXPECT_GE(ss.bulk_timeouts, 1u);
+	EXPECT_GE(ss.bulk_bad_writes, 1u);
+	EXPECT_FALSE(raw_.closed);
+	zcrpc_frame f{};
+	f.type = ZCRPC_FRAME_BULK_GRANT;
+	f.flags = ZCRPC_FRAME_F_STREAM;
+	f.call_id = good;
+	f.bulk_addr = 4096;
+	f.bulk_len = 4096;
+	f.bulk_rkey = 1;
+	std::vector<uint8_t> b(ZCRPC_FRAME_HDR_LEN);
+	zcrpc__frame_encode(&f, b.data());
+	ASSERT_EQ(zcrpc_conn_send(raw_.conn, b.data(), b.size()), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return raw_.closed == 1 && !closed_why_.empty(); }));
+	EXPECT_NE(closed_why_.find("a server's frame from the client"), std::string::npos)
+		<< closed_why_;
+	zcrpc_mr_deregister(mr);
 }

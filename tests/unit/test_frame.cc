@@ -451,17 +451,49 @@ TEST(FrameStream, BrokenStreamFramesAreRefusedWithTheirReason)
 	f.flags = ZCRPC_FRAME_F_STREAM | ZCRPC_FRAME_F_BULK;
 	f.bulk_len = 4096;
 	ExpectReject(BuildFitting(f), "bulk part on a stream's frame");
-	for (uint8_t t : {ZCRPC_FRAME_GOAWAY, ZCRPC_FRAME_BULK_GRANT, ZCRPC_FRAME_MESSAGE,
+	for (uint8_t t : {ZCRPC_FRAME_GOAWAY, ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_WINDOW,
 			  ZCRPC_FRAME_HEADERS, ZCRPC_FRAME_HALF_CLOSE}) {
 		f = Sample(t);
 		f.flags = ZCRPC_FRAME_F_STREAM;
+		if (t == ZCRPC_FRAME_WINDOW) // (its count must not be what fails it)
+			f.count = 1;
 		SCOPED_TRACE("type " + std::to_string(t));
 		ExpectReject(BuildFitting(f), "stream flag on frame type");
+	}
+	// A client's large message by RDMA WRITE: MESSAGE with BULK and its
+	// length, no inline payload, not a piece; its grant carries STREAM.
+	f = Sample(ZCRPC_FRAME_MESSAGE);
+	f.flags = ZCRPC_FRAME_F_BULK;
+	f.bulk_len = 1 << 20;
+	{
+		auto ok = BuildFitting(f);
+		zcrpc_frame o{};
+		char w[256] = "";
+		EXPECT_EQ(zcrpc__frame_decode(ok.data(), ok.size(), &o, w, sizeof(w)), ZCRPC_OK) << w;
+		EXPECT_EQ(o.bulk_len, uint64_t(1) << 20);
+		f = Sample(ZCRPC_FRAME_BULK_GRANT);
+		f.flags = ZCRPC_FRAME_F_STREAM;
+		ok = BuildFitting(f);
+		EXPECT_EQ(zcrpc__frame_decode(ok.data(), ok.size(), &o, w, sizeof(w)), ZCRPC_OK) << w;
+		EXPECT_EQ(o.flags, ZCRPC_FRAME_F_STREAM);
 	}
 	f = Sample(ZCRPC_FRAME_MESSAGE);
 	f.flags = ZCRPC_FRAME_F_BULK;
 	f.bulk_len = 4096;
-	ExpectReject(BuildFitting(f), "bulk flag on frame type");
+	ExpectReject(BuildFitting(f, {}, body), "by RDMA WRITE with an inline payload");
+	f.flags = ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_MORE;
+	ExpectReject(BuildFitting(f), "by RDMA WRITE with an inline payload or a piece flag");
+	f.flags = ZCRPC_FRAME_F_BULK;
+	f.bulk_len = 0;
+	ExpectReject(BuildFitting(f), "bulk length 0 out of range");
+	for (uint8_t t : {ZCRPC_FRAME_WINDOW, ZCRPC_FRAME_HEADERS, ZCRPC_FRAME_HALF_CLOSE}) {
+		f = Sample(t);
+		f.count = t == ZCRPC_FRAME_WINDOW ? 1 : 0;
+		f.flags = ZCRPC_FRAME_F_BULK;
+		f.bulk_len = 4096;
+		SCOPED_TRACE("bulk on type " + std::to_string(t));
+		ExpectReject(BuildFitting(f), "bulk flag on frame type");
+	}
 	// A piece of a large message (MORE): on a MESSAGE only, never empty.
 	f = Sample(ZCRPC_FRAME_MESSAGE);
 	f.flags = ZCRPC_FRAME_F_MORE;
