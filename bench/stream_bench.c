@@ -32,12 +32,15 @@
  *    bytes it consumed (checked against what was written) and finishes
  *    OK. The clock runs from the first write to that answer. MiB/s.
  * -m all (default): sstream with 1 stream, with 16, with 16 of which 1 is
- *    paused, then cstream, in that order on one channel (= -m s1,s16,s16p1,c).
- *    -m takes such a comma list: sN = N streams, sNpK = N of which K are
- *    paused, c = cstream; the steps run in order on one channel.
+ *    paused, then cstream, then cstream of 1 MiB messages (by RDMA WRITE
+ *    into memory the server grants), in that order on one channel
+ *    (= -m s1,s16,s16p1,c,c1m). -m takes such a comma list: sN = N
+ *    streams, sNpK = N of which K are paused, c = cstream, cN / cNk / cNm
+ *    = cstream of N (KiB, MiB) byte messages (at most 4 MiB); the steps
+ *    run in order on one channel.
  * Both sides use max_msg 8192, as zcrpc_bench_rpc, so the figures compare
- * with its call rate; the largest stream message is then 8192 minus the
- * frame header (a stream message never travels by RDMA WRITE yet).
+ * with its call rate; the largest one-frame stream message is then 8192
+ * minus the frame header.
  */
 #include "bench_common.h"
 
@@ -524,8 +527,8 @@ static void c_pump(struct cstream *c)
 
 /* One client-streaming stream for @secs: returns 0 and the rate, checked
  * against the server's count. */
-static int one_cstream(zcrpc_worker *w, zcrpc_channel *ch, unsigned char *buf, double secs,
-		       struct cstream *c, double *dt)
+static int one_cstream(zcrpc_worker *w, zcrpc_channel *ch, unsigned char *buf, size_t msg,
+		       double secs, struct cstream *c, double *dt)
 {
 	double t0, end, limit;
 	zcrpc_status st;
@@ -541,6 +544,8 @@ static int one_cstream(zcrpc_worker *w, zcrpc_channel *ch, unsigned char *buf, d
 	c->max = zcrpc_stream_max_message(c->s);
 	if (c->max > ONE_FRAME)
 		c->max = ONE_FRAME;
+	if (msg) /* (cN: messages of N bytes, by RDMA WRITE above 16 KiB) */
+		c->max = msg;
 	c->writing = 1;
 	t0 = bench_now_us();
 	end = t0 + secs * 1e6;
@@ -576,9 +581,10 @@ static int one_cstream(zcrpc_worker *w, zcrpc_channel *ch, unsigned char *buf, d
 	return 0;
 }
 
-static int run_cstream(zcrpc_worker *w, zcrpc_channel *ch, double secs)
+static int run_cstream(zcrpc_worker *w, zcrpc_channel *ch, size_t msg, double secs)
 {
-	unsigned char *buf = malloc(MAX_MSG);
+	size_t n = msg > MAX_MSG ? msg : MAX_MSG;
+	unsigned char *buf = malloc(n);
 	struct cstream c;
 	double dt;
 	size_t i;
@@ -586,10 +592,16 @@ static int run_cstream(zcrpc_worker *w, zcrpc_channel *ch, double secs)
 
 	if (!buf)
 		return 1;
-	for (i = 0; i < MAX_MSG; i++)
+	for (i = 0; i < n; i++)
 		buf[i] = (unsigned char)(i * 7 + 1);
-	bench_progress("  client-streaming, largest message: 0.5 s warm-up, %.1f s\n", secs);
-	if (one_cstream(w, ch, buf, 0.5, &c, &dt) || one_cstream(w, ch, buf, secs, &c, &dt))
+	if (msg)
+		bench_progress("  client-streaming, %zu B messages: 0.5 s warm-up, %.1f s\n", msg,
+			       secs);
+	else
+		bench_progress("  client-streaming, largest one-frame message: 0.5 s warm-up, "
+			       "%.1f s\n", secs);
+	if (one_cstream(w, ch, buf, msg, 0.5, &c, &dt) ||
+	    one_cstream(w, ch, buf, msg, secs, &c, &dt))
 		goto out;
 	printf("{\"bench\":\"zcrpc_stream_client_bw\",\"size\":%zu,\"msgs\":%llu,"
 	       "\"secs\":%.4f,\"mib_s\":%.3f,\"msgs_per_s\":%.1f,\"window\":16}\n",
@@ -607,7 +619,7 @@ out:
 static int run_steps(zcrpc_worker *w, zcrpc_channel *ch, const char *mode, int nstreams,
 		     int npaused, size_t size, double secs)
 {
-	const char *p = !strcmp(mode, "all") ? "s1,s16,s16p1,c" : mode;
+	const char *p = !strcmp(mode, "all") ? "s1,s16,s16p1,c,c1m" : mode;
 
 	while (*p) {
 		size_t n = strcspn(p, ",");
@@ -620,7 +632,20 @@ static int run_steps(zcrpc_worker *w, zcrpc_channel *ch, const char *mode, int n
 		tok[n] = 0;
 		p += n + (p[n] == ',');
 		if (!strcmp(tok, "cstream") || !strcmp(tok, "c")) {
-			rc = w ? run_cstream(w, ch, secs) : 0;
+			rc = w ? run_cstream(w, ch, 0, secs) : 0;
+		} else if (tok[0] == 'c') {
+			/* cN, cNk, cNm: client-streaming of N (KiB, MiB) bytes */
+			char unit = 0;
+			unsigned long v = 0;
+
+			if (sscanf(tok, "c%lu%c%n", &v, &unit, &used) == 2 && !tok[used] &&
+			    (unit == 'k' || unit == 'm'))
+				v <<= unit == 'k' ? 10 : 20;
+			else if (sscanf(tok, "c%lu%n", &v, &used) != 1 || tok[used])
+				return 1;
+			if (v < 1 || v > ((size_t)4 << 20))
+				return 1;
+			rc = w ? run_cstream(w, ch, (size_t)v, secs) : 0;
 		} else {
 			if (strcmp(tok, "sstream")) {
 				np = 0;
