@@ -418,7 +418,13 @@ static const char kWhoFrees[] =
 	" *   Handlers call closure(reply, closure_data) exactly once, now or\n"
 	" *   later; the reply stays the handler's (it is packed and copied), the\n"
 	" *   request is freed after the closure ran. closure(NULL, ...) answers\n"
-	" *   with the status given to zcrpc_pb_set_status(), INTERNAL otherwise.\n"
+	" *   with the status given to zcrpc_pb_set_status(), INTERNAL otherwise;\n"
+	" *   zcrpc_pb_reply_error(closure_data, status, message) does both.\n"
+	" *   zcrpc_pb_set_reply_md() sets the reply's metadata (copied);\n"
+	" *   X__zcrpc_register_opts() gives the handlers a context\n"
+	" *   (zcrpc_pb_server_get_ctx(closure_data)).\n"
+	" * - Inside done, zcrpc_pb_get_reply_md() reads the reply's initial and\n"
+	" *   trailing metadata (the library's, valid only during done).\n"
 	" */\n";
 
 /* One method's declarations (@h) and stubs (@c) in service @full. */
@@ -690,6 +696,54 @@ static int streams(const MethodProto *mp)
 }
 
 /* One service's methods and its registration function. */
+
+/* The body of a service's registration helper in @c:
+ * X__zcrpc_register_opts(s, impl, o) when @opts, else X__zcrpc_register(s,
+ * impl). A service with streaming methods (@n_stream of them) serves its
+ * unary methods only. */
+static void emit_register(struct str *c, const ServiceProto *sp,
+			  const char *svc_lower, const char *svc_c,
+			  size_t n_stream, int opts)
+{
+	sprintf_(c,
+		 "\nzcrpc_status %s__zcrpc_register%s(zcrpc_server *s,\n"
+		 "\t%s_Service *impl%s)\n{\n",
+		 svc_lower, opts ? "_opts" : "", svc_c,
+		 opts ? ", zcrpc_pb_server_opts *o" : "");
+	if (n_stream) {
+		size_t k = 0;
+
+		sputs(c, "\tstatic const unsigned unary[] = {");
+		for (size_t mi = 0; mi < sp->n_method; mi++)
+			if (!streams(sp->method[mi]))
+				sprintf_(c, "%s%zuu", k++ ? ", " : "", mi);
+		sputs(c, "};\n\n");
+	}
+	sprintf_(c,
+		 "\tif (!s || !impl || impl->base.descriptor != "
+		 "&%s__descriptor ||\n"
+		 "\t    %s__descriptor.n_methods != %zuu%s)\n"
+		 "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
+		 svc_lower, svc_lower, sp->n_method,
+		 opts ? " || !o" : "");
+	if (opts) {
+		sputs(c, "\to->service = &impl->base;\n");
+		if (n_stream)
+			sprintf_(c, "\to->methods = unary;\n\to->n_methods = %zuu;\n",
+				 sp->n_method - n_stream);
+		else
+			sputs(c, "\to->methods = NULL;\n\to->n_methods = 0;\n");
+		sputs(c, "\treturn zcrpc_pb_server_register_opts(s, o);\n}\n");
+	} else if (n_stream) {
+		sprintf_(c,
+			 "\treturn zcrpc_pb_server_register_methods(s, &impl->base, "
+			 "unary,\n\t\t%zuu);\n}\n",
+			 sp->n_method - n_stream);
+	} else {
+		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
+	}
+}
+
 static void emit_service(const FileProto *fp, const ServiceProto *sp,
 			 struct str *h, struct str *c)
 {
@@ -746,32 +800,16 @@ static void emit_service(const FileProto *fp, const ServiceProto *sp,
 		 "zcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
 		 "\t%s_Service *impl);\n",
 		 svc_lower, svc_c);
-	sprintf_(c,
-		 "\nzcrpc_status %s__zcrpc_register(zcrpc_server *s,\n"
-		 "\t%s_Service *impl)\n{\n",
+	sprintf_(h,
+		 "/* The same with the handlers' context: o (its size and ctx set by\n"
+		 " * the caller) gets impl and the methods served and is registered\n"
+		 " * with zcrpc_pb_server_register_opts(), so it must outlive the\n"
+		 " * server; handlers read o->ctx with zcrpc_pb_server_get_ctx(). */\n"
+		 "zcrpc_status %s__zcrpc_register_opts(zcrpc_server *s,\n"
+		 "\t%s_Service *impl, zcrpc_pb_server_opts *o);\n",
 		 svc_lower, svc_c);
-	if (n_stream) {
-		size_t k = 0;
-
-		sputs(c, "\tstatic const unsigned unary[] = {");
-		for (size_t mi = 0; mi < sp->n_method; mi++)
-			if (!streams(sp->method[mi]))
-				sprintf_(c, "%s%zuu", k++ ? ", " : "", mi);
-		sputs(c, "};\n\n");
-	}
-	sprintf_(c,
-		 "\tif (!s || !impl || impl->base.descriptor != "
-		 "&%s__descriptor ||\n"
-		 "\t    %s__descriptor.n_methods != %zuu)\n"
-		 "\t\treturn ZCRPC_INVALID_ARGUMENT;\n",
-		 svc_lower, svc_lower, sp->n_method);
-	if (n_stream)
-		sprintf_(c,
-			 "\treturn zcrpc_pb_server_register_methods(s, &impl->base, "
-			 "unary,\n\t\t%zuu);\n}\n",
-			 sp->n_method - n_stream);
-	else
-		sputs(c, "\treturn zcrpc_pb_server_register(s, &impl->base);\n}\n");
+	emit_register(c, sp, svc_lower, svc_c, n_stream, 1);
+	emit_register(c, sp, svc_lower, svc_c, n_stream, 0);
 out:
 	free(svc_c);
 	free(svc_lower);

@@ -39,8 +39,7 @@ static void echo_reverse(Zcrpc__Echo__Echo_Service *svc,
 
 	(void)svc;
 	if (!rev) {
-		zcrpc_pb_set_status(cd, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
-		closure(NULL, cd);
+		zcrpc_pb_reply_error(cd, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	for (i = 0; i < in->payload.len; i++)

@@ -54,8 +54,6 @@ struct store {
 	uint64_t bytes_in, bytes_out;
 };
 
-static struct store g_store;
-
 static void value_unref(struct value *v)
 {
 	if (v && --v->refs == 0) {
@@ -103,19 +101,12 @@ static const char *check_key(const ProtobufCBinaryData *k)
 	return NULL;
 }
 
-static void fail(void *closure_data, ProtobufCClosure closure,
-		 zcrpc_status st, const char *msg)
-{
-	zcrpc_pb_set_status(closure_data, st, msg);
-	closure(NULL, closure_data);
-}
-
 /* ---- Put ------------------------------------------------------------------ */
 
 static void kv_put(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__PutRequest *in,
 		   Zcrpc__Kv__PutReply_Closure closure, void *closure_data)
 {
-	struct store *s = &g_store;
+	struct store *s = zcrpc_pb_server_get_ctx(closure_data);
 	const zcrpc_request *r = zcrpc_pb_server_get_request(closure_data);
 	Zcrpc__Kv__PutReply out = ZCRPC__KV__PUT_REPLY__INIT;
 	const void *src;
@@ -126,28 +117,28 @@ static void kv_put(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__PutRequest *in,
 
 	(void)svc;
 	if ((err = check_key(&in->key))) {
-		fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INVALID_ARGUMENT, err);
+		zcrpc_pb_reply_error(closure_data, ZCRPC_INVALID_ARGUMENT, err);
 		return;
 	}
 	if (in->value_in_attachment) {
 		if (!r || r->attachment_len != in->value_len) {
-			fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INVALID_ARGUMENT,
-			     "value_len differs from the attachment's length");
+			zcrpc_pb_reply_error(closure_data, ZCRPC_INVALID_ARGUMENT,
+					     "value_len differs from the attachment's length");
 			return;
 		}
 		src = r->attachment;
 	} else {
 		if (in->value.len != in->value_len) {
-			fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INVALID_ARGUMENT,
-			     "value_len differs from the inline value's length");
+			zcrpc_pb_reply_error(closure_data, ZCRPC_INVALID_ARGUMENT,
+					     "value_len differs from the inline value's length");
 			return;
 		}
 		src = in->value.data;
 	}
 	v = malloc(sizeof(*v) + in->value_len);
 	if (!v) {
-		fail(closure_data, (ProtobufCClosure)closure, ZCRPC_RESOURCE_EXHAUSTED,
-		     "out of memory");
+		zcrpc_pb_reply_error(closure_data, ZCRPC_RESOURCE_EXHAUSTED,
+				     "out of memory");
 		return;
 	}
 	v->refs = 1;
@@ -158,8 +149,8 @@ static void kv_put(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__PutRequest *in,
 	if (v->len > KV_INLINE_MAX &&
 	    (st = zcrpc_mr_register(s->ctx, v->data, v->len, 0, &v->mr)) != ZCRPC_OK) {
 		free(v);
-		fail(closure_data, (ProtobufCClosure)closure, st,
-		     "cannot register the value's memory (ulimit -l?)");
+		zcrpc_pb_reply_error(closure_data, st,
+				     "cannot register the value's memory (ulimit -l?)");
 		return;
 	}
 	i = lower_bound(s, in->key.data, in->key.len);
@@ -194,7 +185,7 @@ static void kv_put(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__PutRequest *in,
 	return;
 oom:
 	value_unref(v);
-	fail(closure_data, (ProtobufCClosure)closure, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
+	zcrpc_pb_reply_error(closure_data, ZCRPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 /* ---- Delete --------------------------------------------------------------- */
@@ -203,14 +194,14 @@ static void kv_delete(Zcrpc__Kv__Kv_Service *svc,
 		      const Zcrpc__Kv__DeleteRequest *in,
 		      Zcrpc__Kv__DeleteReply_Closure closure, void *closure_data)
 {
-	struct store *s = &g_store;
+	struct store *s = zcrpc_pb_server_get_ctx(closure_data);
 	Zcrpc__Kv__DeleteReply out = ZCRPC__KV__DELETE_REPLY__INIT;
 	const char *err;
 	size_t i;
 
 	(void)svc;
 	if ((err = check_key(&in->key))) {
-		fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INVALID_ARGUMENT, err);
+		zcrpc_pb_reply_error(closure_data, ZCRPC_INVALID_ARGUMENT, err);
 		return;
 	}
 	i = lower_bound(s, in->key.data, in->key.len);
@@ -230,7 +221,7 @@ static void kv_delete(Zcrpc__Kv__Kv_Service *svc,
 static void kv_scan(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__ScanRequest *in,
 		    Zcrpc__Kv__ScanReply_Closure closure, void *closure_data)
 {
-	struct store *s = &g_store;
+	struct store *s = zcrpc_pb_server_get_ctx(closure_data);
 	Zcrpc__Kv__ScanReply out = ZCRPC__KV__SCAN_REPLY__INIT;
 	Zcrpc__Kv__ScanEntry *ents, **ptrs;
 	size_t i, n = 0, limit, bytes = 0;
@@ -242,8 +233,8 @@ static void kv_scan(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__ScanRequest *in
 	if (!ents || !ptrs) {
 		free(ents);
 		free(ptrs);
-		fail(closure_data, (ProtobufCClosure)closure, ZCRPC_RESOURCE_EXHAUSTED,
-		     "out of memory");
+		zcrpc_pb_reply_error(closure_data, ZCRPC_RESOURCE_EXHAUSTED,
+				     "out of memory");
 		return;
 	}
 	for (i = lower_bound(s, in->start_key.data, in->start_key.len); i < s->n; i++) {
@@ -292,7 +283,7 @@ static void get_sent(void *ctx, zcrpc_status st)
 static void kv_get(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__GetRequest *in,
 		   Zcrpc__Kv__GetReply_Closure closure, void *closure_data)
 {
-	struct store *s = &g_store;
+	struct store *s = zcrpc_pb_server_get_ctx(closure_data);
 	Zcrpc__Kv__GetReply out = ZCRPC__KV__GET_REPLY__INIT;
 	struct value *v = NULL;
 	const char *err;
@@ -300,7 +291,7 @@ static void kv_get(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__GetRequest *in,
 
 	(void)svc;
 	if ((err = check_key(&in->key))) {
-		fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INVALID_ARGUMENT, err);
+		zcrpc_pb_reply_error(closure_data, ZCRPC_INVALID_ARGUMENT, err);
 		return;
 	}
 	i = lower_bound(s, in->key.data, in->key.len);
@@ -319,8 +310,8 @@ static void kv_get(Zcrpc__Kv__Kv_Service *svc, const Zcrpc__Kv__GetRequest *in,
 			if (zcrpc_pb_set_reply_attachment(closure_data, &att, get_sent, v) !=
 			    ZCRPC_OK) {
 				v->refs--;
-				fail(closure_data, (ProtobufCClosure)closure, ZCRPC_INTERNAL,
-				     "cannot attach the value");
+				zcrpc_pb_reply_error(closure_data, ZCRPC_INTERNAL,
+						     "cannot attach the value");
 				return;
 			}
 		} else {
@@ -341,6 +332,10 @@ int main(int argc, char **argv)
 	zcrpc_serve_opts ro;
 	zcrpc_server *s = NULL;
 	zcrpc_server_stats ss;
+	/* The handlers' state, reached through zcrpc_pb_server_get_ctx(); it
+	 * and the registration outlive the server. */
+	struct store store = {0};
+	zcrpc_pb_server_opts po = {.size = sizeof(po), .ctx = &store};
 	zcrpc_status st;
 	size_t i;
 	int opt, rc = 1;
@@ -361,8 +356,8 @@ int main(int argc, char **argv)
 			zcrpc_last_error());
 		goto out;
 	}
-	g_store.ctx = zcrpc_worker_get_context(zcrpc_server_get_worker(s, 0));
-	st = zcrpc__kv__kv__zcrpc_register(s, &kv_impl);
+	store.ctx = zcrpc_worker_get_context(zcrpc_server_get_worker(s, 0));
+	st = zcrpc__kv__kv__zcrpc_register_opts(s, &kv_impl, &po);
 	if (st != ZCRPC_OK || (st = zcrpc_server_listen(s, addr, port)) != ZCRPC_OK) {
 		fprintf(stderr, "kv server: %s\n", zcrpc_status_str(st));
 		goto out;
@@ -377,19 +372,19 @@ int main(int argc, char **argv)
 	zcrpc_server_get_stats(s, &ss, sizeof(ss));
 	printf("kv server: shut down (%s); %zu keys; %llu puts, %llu gets, %llu deletes, "
 	       "%llu scans; %llu value bytes in, %llu out; %llu bytes copied by the library\n",
-	       zcrpc_status_str(st), g_store.n, (unsigned long long)g_store.puts,
-	       (unsigned long long)g_store.gets, (unsigned long long)g_store.deletes,
-	       (unsigned long long)g_store.scans, (unsigned long long)g_store.bytes_in,
-	       (unsigned long long)g_store.bytes_out, (unsigned long long)ss.copied_bytes);
+	       zcrpc_status_str(st), store.n, (unsigned long long)store.puts,
+	       (unsigned long long)store.gets, (unsigned long long)store.deletes,
+	       (unsigned long long)store.scans, (unsigned long long)store.bytes_in,
+	       (unsigned long long)store.bytes_out, (unsigned long long)ss.copied_bytes);
 	rc = 0;
 out:
 	/* The store's values are registered with the worker's context: they
 	 * go before the server (and the worker it owns). */
-	for (i = 0; i < g_store.n; i++) {
-		free(g_store.e[i].key);
-		value_unref(g_store.e[i].v);
+	for (i = 0; i < store.n; i++) {
+		free(store.e[i].key);
+		value_unref(store.e[i].v);
 	}
-	free(g_store.e);
+	free(store.e);
 	zcrpc_server_destroy(s);
 	return rc;
 }

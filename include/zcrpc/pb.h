@@ -11,6 +11,14 @@
  *
  * Threading follows rpc.h: a client service belongs to its channel's
  * worker; its closures run from zcrpc_worker_progress().
+ *
+ * Metadata (zcrpc_md, rpc.h's limits: 16 pairs and 2 KiB per message in
+ * all) goes both ways on the closure path as on the raw API: a client
+ * sends request metadata with zcrpc_pb_client_set_opts() and reads the
+ * reply's initial and trailing metadata with zcrpc_pb_get_last_md() (or
+ * zcrpc_pb_get_reply_md(), also in a zcrpc_pb_done_fn); a handler reads
+ * the request's with zcrpc_pb_server_get_request() and sets the reply's
+ * with zcrpc_pb_set_reply_md() before its closure.
  */
 #ifndef ZCRPC_PB_H
 #define ZCRPC_PB_H
@@ -77,6 +85,41 @@ ZCRPC_API zcrpc_status zcrpc_pb_client_set_opts(ProtobufCService *svc,
 ZCRPC_API zcrpc_status zcrpc_pb_get_last_status(const ProtobufCService *svc,
 					    const char **message);
 
+/**
+ * zcrpc_pb_get_last_md - the reply metadata of the call of @svc that
+ * completed last (as zcrpc_pb_get_last_status(): inside a closure, that
+ * closure's call): the server's initial metadata in *@initial, *@n_initial
+ * and its trailing metadata in *@trailing, *@n_trailing (each pointer may
+ * be NULL; NULL and 0 for none). Also on closure(NULL): a server's error
+ * reply carries metadata too; a call that failed at the client (could not
+ * start, deadline, ...) has none. Copies owned by @svc, valid as long as
+ * the last status message is: until the next call of @svc completes (or
+ * @svc is destroyed). Worker thread, as the closures. Errors:
+ * INVALID_ARGUMENT (@svc not made by zcrpc_pb_client_create(); the outputs
+ * then read none).
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_get_last_md(const ProtobufCService *svc,
+					    const zcrpc_md **initial,
+					    size_t *n_initial,
+					    const zcrpc_md **trailing,
+					    size_t *n_trailing);
+
+/**
+ * zcrpc_pb_get_reply_md - inside a completion the glue runs on this thread
+ * (a zcrpc_pb_done_fn of zcrpc_pb_call_async(), what the generated typed
+ * asynchronous stubs use, or a closure of a zcrpc_pb_client_create()
+ * service): the metadata of the reply it completes, as
+ * zcrpc_pb_get_last_md() gives it. The pointers are the library's, valid
+ * only during that callback (copy what you keep): zero-copy. Errors:
+ * FAILED_PRECONDITION outside such a callback (the outputs then read
+ * none). zcrpc_pb_done_fn keeps its shape (ABI): this getter is how its
+ * callbacks reach the metadata.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_get_reply_md(const zcrpc_md **initial,
+					     size_t *n_initial,
+					     const zcrpc_md **trailing,
+					     size_t *n_trailing);
+
 /* ---- calls by message (what generated typed stubs use) ------------------- */
 
 /** Any function, passed through to a zcrpc_pb_done_fn untouched. */
@@ -139,8 +182,10 @@ ZCRPC_API zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
  * closure_data that names no call in progress) is ignored and counted
  * (zcrpc_pb_server_get_closures_ignored()), from any thread.
  * closure(NULL, closure_data) answers with the status set by
- * zcrpc_pb_set_status(), INTERNAL by default. A closure never called
- * leaks the call, as a zcrpc handler that never replies does.
+ * zcrpc_pb_set_status(), INTERNAL by default (zcrpc_pb_reply_error() does
+ * both). A closure never called leaks the call, as a zcrpc handler that
+ * never replies does. The handler's own state: zcrpc_pb_server_register_opts()
+ * gives it a context pointer (zcrpc_pb_server_get_ctx()).
  *
  * Errors: INVALID_ARGUMENT (also for a descriptor without names, as
  * protoc-c writes with optimize_for = CODE_SIZE), and
@@ -150,6 +195,79 @@ ZCRPC_API zcrpc_status zcrpc_pb_call(zcrpc_channel *ch, uint32_t method,
  */
 ZCRPC_API zcrpc_status zcrpc_pb_server_register(zcrpc_server *s,
 						ProtobufCService *svc);
+
+/**
+ * A registration with options for zcrpc_pb_server_register_opts(). Zero
+ * it, set @size to sizeof(zcrpc_pb_server_opts), then @service and what
+ * else is wanted.
+ */
+typedef struct zcrpc_pb_server_opts {
+	size_t size; /**< sizeof(zcrpc_pb_server_opts) */
+	ProtobufCService *service; /**< served as zcrpc_pb_server_register() */
+	/** Handed to the handlers: zcrpc_pb_server_get_ctx(closure_data). */
+	void *ctx;
+	/** The indices of the methods to serve (as
+	 * zcrpc_pb_server_register_methods()), read during the registration
+	 * only; NULL: every method. */
+	const unsigned *methods;
+	size_t n_methods;
+	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
+} zcrpc_pb_server_opts;
+
+/**
+ * zcrpc_pb_server_register_opts - zcrpc_pb_server_register() (or
+ * _register_methods() with @o->methods) of @o->service, whose handlers get
+ * @o->ctx from zcrpc_pb_server_get_ctx(). @o is not copied: the glue
+ * reads it at each call (zcrpc_server_register() has one pointer per
+ * method and no destructor, so the glue keeps nothing of its own that
+ * would outlive the server), so it must stay valid and unchanged while @s
+ * lives, as the service does (a static, or a member of the state @ctx
+ * points to). Errors as zcrpc_pb_server_register_methods();
+ * INVALID_ARGUMENT also for a NULL @o or a @size below this layout's.
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_server_register_opts(zcrpc_server *s,
+						     const zcrpc_pb_server_opts *o);
+
+/**
+ * zcrpc_pb_server_get_ctx - inside a handler of a registered service: the
+ * ctx of its zcrpc_pb_server_opts (NULL for one registered by
+ * zcrpc_pb_server_register() or _register_methods(), and once the closure
+ * ran). Any thread while the call is in the handler's hands.
+ */
+ZCRPC_API void *zcrpc_pb_server_get_ctx(const void *closure_data);
+
+/**
+ * zcrpc_pb_set_reply_md - inside a handler of a registered service: the
+ * reply's initial metadata (@initial, @n_initial) and trailing metadata
+ * (@trailing, @n_trailing), sent with the reply the following closure
+ * makes: closure(message) and closure(NULL) alike (an error reply carries
+ * metadata too). Both lists are copied now (the caller's memory may go
+ * when this returns); a second call replaces both. From any thread that
+ * holds the call, as the closure may be called from any thread (off the
+ * worker's, the reply and its metadata travel through
+ * zcrpc_server_call_reply_any_thread_opts()). rpc.h's limits (16 pairs and
+ * 2 KiB in all) are checked when the reply is made: beyond them the call
+ * is answered INTERNAL. Errors: INVALID_ARGUMENT (@closure_data names no
+ * call in progress, a count without its list), RESOURCE_EXHAUSTED (then
+ * the previous metadata stays).
+ */
+ZCRPC_API zcrpc_status zcrpc_pb_set_reply_md(void *closure_data,
+					     const zcrpc_md *initial,
+					     size_t n_initial,
+					     const zcrpc_md *trailing,
+					     size_t n_trailing);
+
+/**
+ * zcrpc_pb_reply_error - inside a handler of a registered service, instead
+ * of its closure: answers the call with @status and @message (copied; may
+ * be NULL), as zcrpc_pb_set_status() then closure(NULL, @closure_data)
+ * would (so OK is answered INTERNAL: reply OK with the closure and a
+ * message). The call's metadata (zcrpc_pb_set_reply_md()) goes with it.
+ * Counts as the closure: the handle is spent, a later closure (or a second
+ * reply_error) is ignored and counted. Any thread, as the closure.
+ */
+ZCRPC_API void zcrpc_pb_reply_error(void *closure_data, zcrpc_status status,
+				    const char *message);
 
 /**
  * zcrpc_pb_set_status - inside a handler of a registered service: the

@@ -635,6 +635,22 @@ ZCRPC_API zcrpc_status zcrpc_server_call_reply_any_thread(zcrpc_server_call *cal
 						   const void *data,
 						   size_t len);
 
+/**
+ * zcrpc_server_call_reply_any_thread_opts - zcrpc_server_call_reply_any_thread()
+ * with reply metadata: @o's initial and trailing metadata (initial_md,
+ * md) are copied now, with the message and payload, and sent with the
+ * reply (also with an error status). @o may be NULL. Its attachment and
+ * on_done must be NULL (no attachments from another thread). Errors
+ * (nothing queued, the handle still the caller's): INVALID_ARGUMENT (also
+ * an attachment or on_done, a count without its list, more than 16 pairs
+ * in a list), RESOURCE_EXHAUSTED. Metadata the reply itself then refuses
+ * (over the limits together) answers the call INTERNAL, as
+ * zcrpc_server_call_reply() does.
+ */
+ZCRPC_API zcrpc_status zcrpc_server_call_reply_any_thread_opts(
+	zcrpc_server_call *call, zcrpc_status status, const char *message,
+	const void *data, size_t len, const zcrpc_reply_opts *o);
+
 /** Non-zero once the client cancelled @call (or went away, or a shutdown's
  * grace ran out). Any thread, until the call is replied to: a handler that
  * replies from a helper thread may poll it there. */

@@ -9,6 +9,7 @@
 
 #include "pb_internal.h"
 #include "../core/abi.h"
+#include "../core/md.h"
 
 /* ---- the client ----------------------------------------------------------- */
 
@@ -23,6 +24,8 @@ struct pb_client {
 	unsigned refs;	       /* 1 for the user until destroy, 1 per call */
 	zcrpc_status last;
 	char *last_msg;	       /* NULL = "" */
+	zcrpc_md *last_initial, *last_trailing; /* copies; NULL when none */
+	size_t n_last_initial, n_last_trailing;
 	uint32_t ids[];	       /* per method */
 };
 
@@ -39,14 +42,38 @@ static void client_unref(struct pb_client *c)
 		return;
 	c->magic = 0;
 	free(c->last_msg);
+	free(c->last_initial);
+	free(c->last_trailing);
 	free(c);
 }
 
 static void set_last(struct pb_client *c, zcrpc_status st, const char *msg)
 {
+	free(c->last_initial);
+	free(c->last_trailing);
+	c->last_initial = c->last_trailing = NULL;
+	c->n_last_initial = c->n_last_trailing = 0;
 	free(c->last_msg);
 	c->last_msg = msg && *msg ? strdup(msg) : NULL;
 	c->last = st;
+}
+
+/* The reply a completion callback runs for on this thread
+ * (zcrpc_pb_get_reply_md()), or NULL. */
+static _Thread_local const zcrpc_reply *tl_reply;
+
+/* Keeps copies of @r's metadata as @c's last (none without memory). */
+static void set_last_md(struct pb_client *c, const zcrpc_reply *r)
+{
+	int has_initial = ZCRPC_VIEW_HAS(r, zcrpc_reply, n_initial_md);
+
+	free(c->last_initial);
+	free(c->last_trailing);
+	c->last_trailing = zcrpc__md_dup(r->md, r->n_md);
+	c->n_last_trailing = c->last_trailing ? r->n_md : 0;
+	c->last_initial = has_initial ? zcrpc__md_dup(r->initial_md, r->n_initial_md)
+				      : NULL;
+	c->n_last_initial = c->last_initial ? r->n_initial_md : 0;
 }
 
 static void fill_pack(void *dst, size_t len, void *ctx)
@@ -61,6 +88,7 @@ static void on_reply(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 {
 	struct pb_ccall *pc = arg;
 	struct pb_client *c = pc->c;
+	const zcrpc_reply *saved;
 	ProtobufCMessage *out = NULL;
 	struct zcrpc__pb_alloc pa;
 
@@ -79,7 +107,11 @@ static void on_reply(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 	} else {
 		set_last(c, r->status, r->message);
 	}
+	set_last_md(c, r);
+	saved = tl_reply; /* @r's metadata readable during the closure */
+	tl_reply = r;
 	pc->closure(out, pc->closure_data);
+	tl_reply = saved;
 	if (out)
 		protobuf_c_message_free_unpacked(out, &pa.a);
 	free(pc);
@@ -199,6 +231,41 @@ zcrpc_status zcrpc_pb_get_last_status(const ProtobufCService *svc,
 	return c->last;
 }
 
+/* @md/@n as out-parameters (each may be NULL). */
+static void md_out(const zcrpc_md *md, size_t n, const zcrpc_md **out_md,
+		   size_t *out_n)
+{
+	if (out_md)
+		*out_md = n ? md : NULL;
+	if (out_n)
+		*out_n = n;
+}
+
+zcrpc_status zcrpc_pb_get_last_md(const ProtobufCService *svc,
+				  const zcrpc_md **initial, size_t *n_initial,
+				  const zcrpc_md **trailing, size_t *n_trailing)
+{
+	const struct pb_client *c = as_client(svc);
+
+	md_out(c ? c->last_initial : NULL, c ? c->n_last_initial : 0, initial,
+	       n_initial);
+	md_out(c ? c->last_trailing : NULL, c ? c->n_last_trailing : 0, trailing,
+	       n_trailing);
+	return c ? ZCRPC_OK : ZCRPC_INVALID_ARGUMENT;
+}
+
+zcrpc_status zcrpc_pb_get_reply_md(const zcrpc_md **initial, size_t *n_initial,
+				   const zcrpc_md **trailing, size_t *n_trailing)
+{
+	const zcrpc_reply *r = tl_reply;
+	int has_initial = r && ZCRPC_VIEW_HAS(r, zcrpc_reply, n_initial_md);
+
+	md_out(has_initial ? r->initial_md : NULL, has_initial ? r->n_initial_md : 0,
+	       initial, n_initial);
+	md_out(r ? r->md : NULL, r ? r->n_md : 0, trailing, n_trailing);
+	return r ? ZCRPC_OK : ZCRPC_FAILED_PRECONDITION;
+}
+
 /* ---- calls by message, for typed stubs ---------------------------------- */
 
 struct pb_acall {
@@ -211,6 +278,7 @@ struct pb_acall {
 static void on_typed_reply(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 {
 	struct pb_acall *ac = arg;
+	const zcrpc_reply *saved;
 	ProtobufCMessage *out = NULL;
 	struct zcrpc__pb_alloc pa;
 	zcrpc_status st = r->status;
@@ -226,7 +294,10 @@ static void on_typed_reply(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 					 : "reply does not unpack";
 		}
 	}
+	saved = tl_reply; /* @r's metadata readable during done */
+	tl_reply = r;
 	ac->done(st, msg, out, ac->fn, ac->arg);
+	tl_reply = saved;
 	if (out)
 		protobuf_c_message_free_unpacked(out, NULL);
 	free(ac);

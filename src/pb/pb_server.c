@@ -10,6 +10,8 @@
 #include "zcrpc/pb.h"
 
 #include "pb_dispatch.h"
+#include "../core/abi.h"
+#include "../core/md.h"
 
 /* How protobuf-c's own invoke sees the handler slots after the base. */
 typedef void (*pb_handler)(void *service, const ProtobufCMessage *input,
@@ -30,20 +32,33 @@ struct pb_scall {
 	zcrpc_bulk att;
 	void (*att_done)(void *ctx, zcrpc_status st);
 	void *att_ctx;
+	void *ctx;	  /* zcrpc_pb_server_opts.ctx */
+	zcrpc_md *initial, *trailing; /* zcrpc_pb_set_reply_md()'s copies */
+	size_t n_initial, n_trailing;
 };
+
+/* The reply options of @sc: its metadata, and its attachment on OK. */
+static void sc_reply_opts(const struct pb_scall *sc, zcrpc_status st,
+			  zcrpc_reply_opts *o)
+{
+	zcrpc_reply_opts_init(o);
+	o->initial_md = sc->initial;
+	o->n_initial_md = sc->n_initial;
+	o->md = sc->trailing;
+	o->n_md = sc->n_trailing;
+	if (sc->has_att && st == ZCRPC_OK) {
+		o->attachment = &sc->att;
+		o->on_done = sc->att_done;
+		o->ctx = sc->att_ctx;
+	}
+}
 
 static void reply_now(struct pb_scall *sc, zcrpc_status st, const char *msg,
 		      const void *data, size_t len)
 {
 	zcrpc_reply_opts o;
 
-	memset(&o, 0, sizeof(o));
-	o.size = sizeof(o);
-	if (sc->has_att && st == ZCRPC_OK) {
-		o.attachment = &sc->att;
-		o.on_done = sc->att_done;
-		o.ctx = sc->att_ctx;
-	}
+	sc_reply_opts(sc, st, &o);
 	if (pthread_equal(pthread_self(), sc->thread)) {
 		zcrpc_server_call_reply(sc->call, st, msg, data, len, &o);
 	} else if (o.attachment) {
@@ -53,7 +68,14 @@ static void reply_now(struct pb_scall *sc, zcrpc_status st, const char *msg,
 		if (sc->att_done)
 			sc->att_done(sc->att_ctx, ZCRPC_INTERNAL);
 	} else {
-		zcrpc_server_call_reply_any_thread(sc->call, st, msg, data, len);
+		/* The metadata is copied: it goes with the reply. */
+		o.attachment = NULL;
+		o.on_done = NULL;
+		if (zcrpc_server_call_reply_any_thread_opts(sc->call, st, msg, data,
+							    len, &o) != ZCRPC_OK)
+			zcrpc_server_call_reply_any_thread(
+				sc->call, ZCRPC_INTERNAL,
+				"the reply's metadata could not be queued", NULL, 0);
 	}
 }
 
@@ -62,6 +84,8 @@ static void scall_free(struct pb_scall *sc)
 	if (sc->in)
 		protobuf_c_message_free_unpacked(sc->in, &sc->pa.a);
 	free(sc->msg);
+	free(sc->initial);
+	free(sc->trailing);
 	free(sc);
 }
 
@@ -169,13 +193,7 @@ static void pb_closure(const ProtobufCMessage *out, void *closure_data)
 		 * memory, no intermediate buffer. */
 		zcrpc_reply_opts o;
 
-		memset(&o, 0, sizeof(o));
-		o.size = sizeof(o);
-		if (sc->has_att) {
-			o.attachment = &sc->att;
-			o.on_done = sc->att_done;
-			o.ctx = sc->att_ctx;
-		}
+		sc_reply_opts(sc, ZCRPC_OK, &o);
 		zcrpc_server_call_reply_fill(sc->call, protobuf_c_message_get_packed_size(out),
 				      pack_fill, (void *)out, &o);
 	} else {
@@ -193,10 +211,9 @@ static void pb_closure(const ProtobufCMessage *out, void *closure_data)
 	scall_free(sc);
 }
 
-static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
-		      void *arg)
+static void pb_serve(zcrpc_server_call *call, const zcrpc_request *r,
+		     ProtobufCService *svc, void *ctx)
 {
-	ProtobufCService *svc = arg;
 	const ProtobufCServiceDescriptor *d = svc->descriptor;
 	struct pb_scall *sc;
 	zcrpc_status st;
@@ -231,6 +248,7 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	sc->mi = mi;
 	sc->thread = pthread_self();
 	sc->st = ZCRPC_OK;
+	sc->ctx = ctx;
 	sc->in = zcrpc__pb_unpack_request(d, mi, r->data, r->len, &sc->pa, &st,
 					  m, sizeof(m));
 	if (!sc->in) {
@@ -247,6 +265,23 @@ static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
 	svc->invoke(svc, mi, sc->in, pb_closure, h);
 }
 
+/* A service registered by zcrpc_pb_server_register(): @arg is the service. */
+static void pb_handle(zcrpc_server_call *call, const zcrpc_request *r,
+		      void *arg)
+{
+	pb_serve(call, r, arg, NULL);
+}
+
+/* One registered with zcrpc_pb_server_register_opts(): @arg is the
+ * caller's zcrpc_pb_server_opts. */
+static void pb_handle_opts(zcrpc_server_call *call, const zcrpc_request *r,
+			   void *arg)
+{
+	const zcrpc_pb_server_opts *o = arg;
+
+	pb_serve(call, r, o->service, o->ctx);
+}
+
 static int svc_ok(const ProtobufCService *svc)
 {
 	const ProtobufCServiceDescriptor *d;
@@ -258,7 +293,7 @@ static int svc_ok(const ProtobufCService *svc)
 
 /* Serves method @i of @svc as "/pkg.Service/Method". */
 static zcrpc_status register_one(zcrpc_server *s, ProtobufCService *svc,
-				 unsigned i)
+				 unsigned i, zcrpc_handler fn, void *arg)
 {
 	const ProtobufCServiceDescriptor *d = svc->descriptor;
 	zcrpc_status st;
@@ -269,27 +304,16 @@ static zcrpc_status register_one(zcrpc_server *s, ProtobufCService *svc,
 	if (!(name = malloc(n)))
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	snprintf(name, n, "/%s/%s", d->name, d->methods[i].name);
-	st = zcrpc_server_register(s, name, pb_handle, svc);
+	st = zcrpc_server_register(s, name, fn, arg);
 	free(name);
 	return st;
 }
 
-zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
-{
-	zcrpc_status st;
-	unsigned i;
-
-	if (!s || !svc_ok(svc))
-		return ZCRPC_INVALID_ARGUMENT;
-	for (i = 0; i < svc->descriptor->n_methods; i++)
-		if ((st = register_one(s, svc, i)) != ZCRPC_OK)
-			return st;
-	return ZCRPC_OK;
-}
-
-zcrpc_status zcrpc_pb_server_register_methods(zcrpc_server *s,
-					      ProtobufCService *svc,
-					      const unsigned *methods, size_t n)
+/* Serves the @n methods of @svc in @methods (NULL: all of them) with
+ * @fn(@arg). */
+static zcrpc_status register_some(zcrpc_server *s, ProtobufCService *svc,
+				  const unsigned *methods, size_t n,
+				  zcrpc_handler fn, void *arg)
 {
 	zcrpc_status st;
 	size_t i;
@@ -300,9 +324,55 @@ zcrpc_status zcrpc_pb_server_register_methods(zcrpc_server *s,
 		if (methods[i] >= svc->descriptor->n_methods)
 			return ZCRPC_INVALID_ARGUMENT;
 	for (i = 0; i < n; i++)
-		if ((st = register_one(s, svc, methods[i])) != ZCRPC_OK)
+		if ((st = register_one(s, svc, methods[i], fn, arg)) != ZCRPC_OK)
 			return st;
 	return ZCRPC_OK;
+}
+
+/* Every method of @svc with @fn(@arg). */
+static zcrpc_status register_all(zcrpc_server *s, ProtobufCService *svc,
+				 zcrpc_handler fn, void *arg)
+{
+	zcrpc_status st;
+	unsigned i;
+
+	if (!s || !svc_ok(svc))
+		return ZCRPC_INVALID_ARGUMENT;
+	for (i = 0; i < svc->descriptor->n_methods; i++)
+		if ((st = register_one(s, svc, i, fn, arg)) != ZCRPC_OK)
+			return st;
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_pb_server_register(zcrpc_server *s, ProtobufCService *svc)
+{
+	return register_all(s, svc, pb_handle, svc);
+}
+
+zcrpc_status zcrpc_pb_server_register_methods(zcrpc_server *s,
+					      ProtobufCService *svc,
+					      const unsigned *methods, size_t n)
+{
+	return register_some(s, svc, methods, n, pb_handle, svc);
+}
+
+/* The oldest zcrpc_pb_server_opts accepted (docs/abi.md's rule). */
+#define MIN_PB_SERVER_OPTS ZCRPC__LAYOUT_END(zcrpc_pb_server_opts, n_methods)
+
+zcrpc_status zcrpc_pb_server_register_opts(zcrpc_server *s,
+					   const zcrpc_pb_server_opts *o)
+{
+	void *arg = (void *)o; /* read by pb_handle_opts, never written */
+	zcrpc_pb_server_opts oc;
+
+	/* Checked as a copy; the calls read @o itself, within the minimum. */
+	memset(&oc, 0, sizeof(oc));
+	if (!o || ZCRPC__ABI_IN(&oc, o, MIN_PB_SERVER_OPTS) != ZCRPC_OK)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (!oc.methods)
+		return register_all(s, oc.service, pb_handle_opts, arg);
+	return register_some(s, oc.service, oc.methods, oc.n_methods,
+			     pb_handle_opts, arg);
 }
 
 static struct pb_scall *as_scall(const void *closure_data)
@@ -341,6 +411,43 @@ zcrpc_status zcrpc_pb_set_reply_attachment(void *closure_data,
 	sc->att_done = on_done;
 	sc->att_ctx = ctx;
 	return ZCRPC_OK;
+}
+
+void zcrpc_pb_reply_error(void *closure_data, zcrpc_status status,
+			  const char *message)
+{
+	zcrpc_pb_set_status(closure_data, status, message);
+	pb_closure(NULL, closure_data);
+}
+
+zcrpc_status zcrpc_pb_set_reply_md(void *closure_data, const zcrpc_md *initial,
+				   size_t n_initial, const zcrpc_md *trailing,
+				   size_t n_trailing)
+{
+	struct pb_scall *sc = as_scall(closure_data);
+	zcrpc_md *i = NULL, *t = NULL;
+
+	if (!sc || (n_initial && !initial) || (n_trailing && !trailing))
+		return ZCRPC_INVALID_ARGUMENT;
+	if ((n_initial && !(i = zcrpc__md_dup(initial, n_initial))) ||
+	    (n_trailing && !(t = zcrpc__md_dup(trailing, n_trailing)))) {
+		free(i);
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	free(sc->initial);
+	free(sc->trailing);
+	sc->initial = i;
+	sc->n_initial = n_initial;
+	sc->trailing = t;
+	sc->n_trailing = n_trailing;
+	return ZCRPC_OK;
+}
+
+void *zcrpc_pb_server_get_ctx(const void *closure_data)
+{
+	struct pb_scall *sc = as_scall(closure_data);
+
+	return sc ? sc->ctx : NULL;
 }
 
 const zcrpc_request *zcrpc_pb_server_get_request(const void *closure_data)

@@ -1,6 +1,7 @@
 /* zcrpc — synchronous calls (zcrpc_call): an async call whose callback
  * copies the reply out, run to completion on the caller's thread. */
 #include "client_internal.h"
+#include "../core/md.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,36 +21,6 @@ static void *dup_bytes(const void *p, size_t n)
 	return d;
 }
 
-/* One allocation holding @n pairs and their bytes, or NULL (none, or no
- * memory: the caller then reports no metadata). */
-static zcrpc_md *dup_md(const zcrpc_md *md, size_t n)
-{
-	size_t bytes = n * sizeof(zcrpc_md), i;
-	zcrpc_md *out;
-	char *p;
-
-	if (!n)
-		return NULL;
-	for (i = 0; i < n; i++)
-		bytes += md[i].key_len + md[i].value_len;
-	out = malloc(bytes);
-	if (!out)
-		return NULL;
-	p = (char *)(out + n);
-	for (i = 0; i < n; i++) {
-		memcpy(p, md[i].key, md[i].key_len);
-		out[i].key = p;
-		out[i].key_len = md[i].key_len;
-		p += md[i].key_len;
-		if (md[i].value_len)
-			memcpy(p, md[i].value, md[i].value_len);
-		out[i].value = p;
-		out[i].value_len = md[i].value_len;
-		p += md[i].value_len;
-	}
-	return out;
-}
-
 static void sync_cb(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 {
 	struct sync_ctx *s = arg;
@@ -66,9 +37,9 @@ static void sync_cb(zcrpc_channel *ch, const zcrpc_reply *r, void *arg)
 	}
 	ch->st.copied_bytes += r->len;
 	if (ZCRPC_VIEW_HAS(out, zcrpc_result, n_initial_md)) {
-		out->md = dup_md(r->md, r->n_md);
+		out->md = zcrpc__md_dup(r->md, r->n_md);
 		out->n_md = out->md ? r->n_md : 0;
-		out->initial_md = dup_md(r->initial_md, r->n_initial_md);
+		out->initial_md = zcrpc__md_dup(r->initial_md, r->n_initial_md);
 		out->n_initial_md = out->initial_md ? r->n_initial_md : 0;
 	}
 	s->done = 1;

@@ -2,6 +2,7 @@
  * buffer or in place from registered memory), from another thread; a
  * reply always ends the call. */
 #include "server_internal.h"
+#include "../core/md.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,7 +275,18 @@ struct xreply {
 	char *message;
 	void *data;
 	size_t len;
+	zcrpc_reply_opts o; /* its metadata: copies in md and initial */
+	zcrpc_md *md, *initial;
 };
+
+static void xreply_free(struct xreply *x)
+{
+	free(x->message);
+	free(x->data);
+	free(x->md);
+	free(x->initial);
+	free(x);
+}
 
 static void xreply_run(zcrpc_worker *w, void *arg)
 {
@@ -283,16 +295,16 @@ static void xreply_run(zcrpc_worker *w, void *arg)
 
 	(void)w;
 	if (c->state == SS_RUNNING && zcrpc__scall_ref(c->s, c) == x->ref)
-		zcrpc_server_call_reply(c, x->status, x->message, x->data, x->len, NULL);
-	free(x->message);
-	free(x->data);
-	free(x);
+		zcrpc_server_call_reply(c, x->status, x->message, x->data, x->len,
+					&x->o);
+	xreply_free(x);
 }
 
-zcrpc_status zcrpc_server_call_reply_any_thread(zcrpc_server_call *c,
-					 zcrpc_status status,
-					 const char *message, const void *data,
-					 size_t len)
+zcrpc_status zcrpc_server_call_reply_any_thread_opts(zcrpc_server_call *c,
+						     zcrpc_status status,
+						     const char *message,
+						     const void *data, size_t len,
+						     const zcrpc_reply_opts *o)
 {
 	struct xreply *x;
 	zcrpc_status st;
@@ -302,28 +314,46 @@ zcrpc_status zcrpc_server_call_reply_any_thread(zcrpc_server_call *c,
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return ZCRPC_RESOURCE_EXHAUSTED;
+	x->o = reply_opts_default;
+	if (o && (ZCRPC__ABI_IN(&x->o, o, ZCRPC__MIN_REPLY_OPTS) != ZCRPC_OK ||
+		  x->o.attachment || x->o.on_done || (x->o.n_md && !x->o.md) ||
+		  (x->o.n_initial_md && !x->o.initial_md) ||
+		  x->o.n_md > ZCRPC_MD_MAX_PAIRS ||
+		  x->o.n_initial_md > ZCRPC_MD_MAX_PAIRS)) {
+		free(x);
+		return ZCRPC_INVALID_ARGUMENT;
+	}
 	x->call = c;
 	x->ref = zcrpc__scall_ref(
 		c->s, c); /* read-only fields, set before the handler ran */
 	x->status = status;
 	x->message = message ? strdup(message) : NULL;
 	x->data = len ? malloc(len) : NULL;
-	if ((message && !x->message) || (len && !x->data)) {
-		free(x->message);
-		free(x->data);
-		free(x);
+	x->md = zcrpc__md_dup(x->o.md, x->o.n_md);
+	x->initial = zcrpc__md_dup(x->o.initial_md, x->o.n_initial_md);
+	if ((message && !x->message) || (len && !x->data) ||
+	    (x->o.n_md && !x->md) || (x->o.n_initial_md && !x->initial)) {
+		xreply_free(x);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
+	x->o.md = x->md;
+	x->o.initial_md = x->initial;
 	if (len)
 		memcpy(x->data, data, len);
 	x->len = len;
 	st = zcrpc_worker_post(c->s->w, xreply_run, x);
-	if (st != ZCRPC_OK) {
-		free(x->message);
-		free(x->data);
-		free(x);
-	}
+	if (st != ZCRPC_OK)
+		xreply_free(x);
 	return st;
+}
+
+zcrpc_status zcrpc_server_call_reply_any_thread(zcrpc_server_call *c,
+					 zcrpc_status status,
+					 const char *message, const void *data,
+					 size_t len)
+{
+	return zcrpc_server_call_reply_any_thread_opts(c, status, message, data,
+						       len, NULL);
 }
 
 int zcrpc_server_call_cancelled(const zcrpc_server_call *c)

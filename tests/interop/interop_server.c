@@ -16,8 +16,11 @@
  * - The request metadata "x-grpc-test-echo-initial" comes back as initial
  *   metadata and "x-grpc-test-echo-trailing-bin" as trailing metadata
  *   (unary calls and every stream).
- * - UnimplementedCall is not served, nor UnimplementedService: the client
- *   reads UNIMPLEMENTED from the library.
+ * - The unary methods are protoc-c's handlers served by the pb glue
+ *   (metadata through zcrpc_pb_set_reply_md(), errors through
+ *   zcrpc_pb_reply_error()); UnimplementedCall's handler slot is NULL, so
+ *   the glue answers UNIMPLEMENTED; UnimplementedService is not served: the
+ *   library answers UNIMPLEMENTED.
  *
  * interval_us is slept on the worker's thread (nanosleep), which stops the
  * server's other calls meanwhile: this server serves one interop client.
@@ -60,92 +63,66 @@ static const zcrpc_md *find_md(const zcrpc_md *md, size_t n, const char *key)
 	return NULL;
 }
 
-/* ---- unary -------------------------------------------------------------- */
+/* ---- unary: protoc-c's handlers, served by the pb glue ------------------ */
 
-struct pack_ctx {
-	const ProtobufCMessage *msg;
-};
-
-static void pack_fill(void *dst, size_t len, void *ctx)
+/* The echoed metadata of the request behind @cd set as its reply's (copied
+ * by the glue). Non-zero when the call was answered already (no memory). */
+static int echo_md(void *cd)
 {
-	const struct pack_ctx *p = ctx;
+	const zcrpc_request *r = zcrpc_pb_server_get_request(cd);
+	const zcrpc_md *init = find_md(r->md, r->n_md, ECHO_INITIAL);
+	const zcrpc_md *trail = find_md(r->md, r->n_md, ECHO_TRAILING);
+	zcrpc_status st;
 
-	(void)len;
-	protobuf_c_message_pack(p->msg, dst);
+	st = zcrpc_pb_set_reply_md(cd, init, init ? 1 : 0, trail, trail ? 1 : 0);
+	if (st == ZCRPC_OK)
+		return 0;
+	zcrpc_pb_reply_error(cd, st, "cannot keep the reply metadata");
+	return -1;
 }
 
-/* The echoed metadata of @req in @o (pointers into the request, which
- * stays valid until the reply is made). */
-static void echo_md(const zcrpc_md *md, size_t n, zcrpc_reply_opts *o)
+static void t_empty_call(Grpc__Testing__TestService_Service *svc,
+			 const Grpc__Testing__Empty *in,
+			 Grpc__Testing__Empty_Closure closure, void *cd)
 {
-	o->initial_md = find_md(md, n, ECHO_INITIAL);
-	o->n_initial_md = o->initial_md ? 1 : 0;
-	o->md = find_md(md, n, ECHO_TRAILING);
-	o->n_md = o->md ? 1 : 0;
+	Grpc__Testing__Empty out = GRPC__TESTING__EMPTY__INIT;
+
+	(void)svc;
+	(void)in;
+	if (echo_md(cd) == 0)
+		closure(&out, cd);
 }
 
-static void empty_call(zcrpc_server_call *call, const zcrpc_request *req,
-		       void *arg)
+/* UnaryCall, and CacheableUnaryCall (@cacheable). */
+static void simple_call(const Grpc__Testing__SimpleRequest *in,
+			Grpc__Testing__SimpleResponse_Closure closure, void *cd,
+			int cacheable)
 {
-	Grpc__Testing__Empty *in;
-	zcrpc_reply_opts o;
-
-	(void)arg;
-	in = grpc__testing__empty__unpack(NULL, req->len, req->data);
-	if (!in) {
-		zcrpc_server_call_reply(call, ZCRPC_INTERNAL,
-					"request does not unpack as Empty",
-					NULL, 0, NULL);
-		return;
-	}
-	grpc__testing__empty__free_unpacked(in, NULL);
-	zcrpc_reply_opts_init(&o);
-	echo_md(req->md, req->n_md, &o);
-	zcrpc_server_call_reply(call, ZCRPC_OK, NULL, NULL, 0, &o);
-}
-
-/* The handlers' arg of CacheableUnaryCall (UnaryCall's is NULL). */
-static const int k_cacheable = 1;
-
-/* UnaryCall, and CacheableUnaryCall (@arg &k_cacheable). */
-static void unary_call(zcrpc_server_call *call, const zcrpc_request *req,
-		       void *arg)
-{
-	Grpc__Testing__SimpleRequest *in;
 	Grpc__Testing__SimpleResponse out = GRPC__TESTING__SIMPLE_RESPONSE__INIT;
 	Grpc__Testing__Payload pl = GRPC__TESTING__PAYLOAD__INIT;
-	struct pack_ctx pc = {&out.base};
-	zcrpc_reply_opts o;
 	char stamp[32];
 
-	in = grpc__testing__simple_request__unpack(NULL, req->len, req->data);
-	if (!in) {
-		zcrpc_server_call_reply(call, ZCRPC_INTERNAL,
-					"request does not unpack as SimpleRequest",
-					NULL, 0, NULL);
+	if (echo_md(cd) != 0)
+		return;
+	if (in->response_status && in->response_status->code != 0) {
+		zcrpc_pb_reply_error(cd, (zcrpc_status)in->response_status->code,
+				     in->response_status->message);
 		return;
 	}
-	zcrpc_reply_opts_init(&o);
-	echo_md(req->md, req->n_md, &o);
-	if (in->response_status && in->response_status->code != 0) {
-		zcrpc_server_call_reply(call, (zcrpc_status)in->response_status->code,
-					in->response_status->message, NULL, 0, &o);
-		goto out;
-	}
 	if (in->response_type != GRPC__TESTING__PAYLOAD_TYPE__COMPRESSABLE) {
-		zcrpc_server_call_reply(call, ZCRPC_INVALID_ARGUMENT,
-					"response_type not supported", NULL, 0, &o);
-		goto out;
+		zcrpc_pb_reply_error(cd, ZCRPC_INVALID_ARGUMENT,
+				     "response_type not supported");
+		return;
 	}
 	if (in->response_size < 0 || (uint32_t)in->response_size > MAX_BODY) {
-		zcrpc_server_call_reply(call, ZCRPC_INVALID_ARGUMENT,
-					"response_size out of range", NULL, 0, &o);
-		goto out;
+		zcrpc_pb_reply_error(cd, ZCRPC_INVALID_ARGUMENT,
+				     "response_size out of range");
+		return;
 	}
 	pl.type = in->response_type;
 	pl.body.len = (size_t)in->response_size;
 	pl.body.data = g_zeros;
-	if (arg == &k_cacheable) {
+	if (cacheable) {
 		/* gRPC's CacheableUnaryCall: the time in ns, in ASCII. */
 		struct timespec t;
 
@@ -155,11 +132,34 @@ static void unary_call(zcrpc_server_call *call, const zcrpc_request *req,
 		pl.body.data = (uint8_t *)stamp;
 	}
 	out.payload = &pl;
-	zcrpc_server_call_reply_fill(call, protobuf_c_message_get_packed_size(&out.base),
-				     pack_fill, &pc, &o);
-out:
-	grpc__testing__simple_request__free_unpacked(in, NULL);
+	closure(&out, cd); /* packed straight into the reply's memory */
 }
+
+static void t_unary_call(Grpc__Testing__TestService_Service *svc,
+			 const Grpc__Testing__SimpleRequest *in,
+			 Grpc__Testing__SimpleResponse_Closure closure, void *cd)
+{
+	(void)svc;
+	simple_call(in, closure, cd, 0);
+}
+
+static void t_cacheable_unary_call(Grpc__Testing__TestService_Service *svc,
+				   const Grpc__Testing__SimpleRequest *in,
+				   Grpc__Testing__SimpleResponse_Closure closure,
+				   void *cd)
+{
+	(void)svc;
+	simple_call(in, closure, cd, 1);
+}
+
+/* The unary methods; UnimplementedCall's slot stays NULL (UNIMPLEMENTED),
+ * and the streaming methods' slots are never called (their own
+ * registrations serve them). */
+static Grpc__Testing__TestService_Service g_unary = {
+	.base = GRPC__TESTING__TEST_SERVICE__BASE_INIT,
+	.empty_call = t_empty_call,
+	.unary_call = t_unary_call,
+	.cacheable_unary_call = t_cacheable_unary_call};
 
 /* ---- streams ------------------------------------------------------------ */
 
@@ -383,13 +383,7 @@ static zcrpc_status register_all(zcrpc_server *s)
 {
 	zcrpc_status st;
 
-	if ((st = zcrpc_server_register(s, GRPC__TESTING__TEST_SERVICE__EMPTY_CALL__ZCRPC_NAME,
-					empty_call, NULL)) != ZCRPC_OK ||
-	    (st = zcrpc_server_register(s, GRPC__TESTING__TEST_SERVICE__UNARY_CALL__ZCRPC_NAME,
-					unary_call, NULL)) != ZCRPC_OK ||
-	    (st = zcrpc_server_register(
-		     s, GRPC__TESTING__TEST_SERVICE__CACHEABLE_UNARY_CALL__ZCRPC_NAME,
-		     unary_call, (void *)&k_cacheable)) != ZCRPC_OK ||
+	if ((st = grpc__testing__test_service__zcrpc_register(s, &g_unary)) != ZCRPC_OK ||
 	    (st = grpc__testing__test_service__streaming_output_call__zcrpc_register(
 		     s, &g_output)) != ZCRPC_OK ||
 	    (st = grpc__testing__test_service__streaming_input_call__zcrpc_register(
