@@ -120,6 +120,9 @@ pair() {
     sleep 1.5
     timeout "$to" "$@" -p $port "$A0" >"$f" 2>&1
     rc=$?
+    # A client that failed leaves its server waiting for a peer until its
+    # own timeout (a segfaulted ib_write_lat client cost 130 s in CI).
+    [ $rc -eq 0 ] || kill "$spid" 2>/dev/null
     wait "$spid" 2>/dev/null
     # perftest reports inf when it could not calibrate the TSC under
     # emulation ("Correlation coefficient r^2 < 0.9"): run again; a failed
