@@ -245,11 +245,11 @@ ZCRPC_API void *zcrpc_pb_server_get_ctx(const void *closure_data);
  * when this returns); a second call replaces both. From any thread that
  * holds the call, as the closure may be called from any thread (off the
  * worker's, the reply and its metadata travel through
- * zcrpc_server_call_reply_any_thread_opts()). rpc.h's limits (16 pairs and
- * 2 KiB in all) are checked when the reply is made: beyond them the call
- * is answered INTERNAL. Errors: INVALID_ARGUMENT (@closure_data names no
- * call in progress, a count without its list), RESOURCE_EXHAUSTED (then
- * the previous metadata stays).
+ * zcrpc_server_call_reply_any_thread_opts()). Errors: INVALID_ARGUMENT
+ * (@closure_data names no call in progress, a count without its list, a
+ * pair rpc.h does not allow, or both lists together beyond rpc.h's limits
+ * of 16 pairs and 2 KiB), RESOURCE_EXHAUSTED; after an error the previous
+ * metadata stays.
  */
 ZCRPC_API zcrpc_status zcrpc_pb_set_reply_md(void *closure_data,
 					     const zcrpc_md *initial,

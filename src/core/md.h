@@ -17,6 +17,12 @@ extern "C" {
  * @n). */
 zcrpc_md *zcrpc__md_dup(const zcrpc_md *md, size_t n);
 
+/* 1 when the @na pairs of @a and the @nb of @b fit in one frame together
+ * (docs/protocol.md §7: at most 16 pairs and 2 KiB encoded, keys of 1 to
+ * 255 bytes, values up to 64 KiB - 1, no NULL with a length), else 0. */
+int zcrpc__md_fits(const zcrpc_md *a, size_t na, const zcrpc_md *b,
+		   size_t nb);
+
 #ifdef __cplusplus
 }
 #endif

@@ -427,7 +427,7 @@ zcrpc_status zcrpc_pb_set_reply_md(void *closure_data, const zcrpc_md *initial,
 	struct pb_scall *sc = as_scall(closure_data);
 	zcrpc_md *i = NULL, *t = NULL;
 
-	if (!sc || (n_initial && !initial) || (n_trailing && !trailing))
+	if (!sc || !zcrpc__md_fits(initial, n_initial, trailing, n_trailing))
 		return ZCRPC_INVALID_ARGUMENT;
 	if ((n_initial && !(i = zcrpc__md_dup(initial, n_initial))) ||
 	    (n_trailing && !(t = zcrpc__md_dup(trailing, n_trailing)))) {

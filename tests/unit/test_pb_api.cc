@@ -44,6 +44,32 @@ TEST(PbApi, MetadataCopyIsDeepAndInOneAllocation)
 	free(c);
 }
 
+TEST(PbApi, MetadataThatFitsOneFrameIsTellableBeforeTheReply)
+{
+	static char big[2048];
+	zcrpc_md one = {"x-k", 3, "v", 1}, many[17];
+	for (auto &m : many)
+		m = one;
+	EXPECT_TRUE(zcrpc__md_fits(nullptr, 0, nullptr, 0));
+	EXPECT_TRUE(zcrpc__md_fits(many, 8, many, 8));  // 16 pairs in all
+	EXPECT_FALSE(zcrpc__md_fits(many, 9, many, 8)); // 17
+	EXPECT_FALSE(zcrpc__md_fits(many, 17, nullptr, 0));
+	EXPECT_FALSE(zcrpc__md_fits(nullptr, 1, nullptr, 0)); // count, no list
+	zcrpc_md bad = one;
+	bad.key_len = 0;
+	EXPECT_FALSE(zcrpc__md_fits(&bad, 1, nullptr, 0));
+	bad = one;
+	bad.value = nullptr;
+	EXPECT_FALSE(zcrpc__md_fits(nullptr, 0, &bad, 1));
+	// 2 KiB encoded in all: 3 bytes of lengths per pair, key, value.
+	zcrpc_md a = {"x-a", 3, big, 1000}, b = {"x-b", 3, big, 1000 + 2048 - 2012};
+	EXPECT_TRUE(zcrpc__md_fits(&a, 1, &b, 1));	// 1006 + 1042 = 2048
+	b.value_len++;
+	EXPECT_FALSE(zcrpc__md_fits(&a, 1, &b, 1));
+	zcrpc_md huge = {"x-h", 3, big, 0x10000};
+	EXPECT_FALSE(zcrpc__md_fits(&huge, 1, nullptr, 0));
+}
+
 TEST(PbApi, HandlerCallsOnAHandleThatNamesNoCallAreRefused)
 {
 	zcrpc_md md{"k", 1, "v", 1};
