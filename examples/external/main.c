@@ -28,8 +28,7 @@ static void srv_greet(Ext__Greeter__Greeter_Service *svc,
 
 	(void)svc;
 	if (in->times > 1000 || !(text = malloc(one * n + 1))) {
-		zcrpc_pb_set_status(cd, ZCRPC_INVALID_ARGUMENT, "too many times");
-		closure(NULL, cd);
+		zcrpc_pb_reply_error(cd, ZCRPC_INVALID_ARGUMENT, "too many times");
 		return;
 	}
 	text[0] = '\0';
