@@ -310,6 +310,19 @@ typedef struct zcrpc_channel_stats {
 	 * room, and goes with the credit kept for control frames.
 	 */
 	uint64_t cancels_lost;
+	/** Streams (zcrpc_stream_start) started, and of those finished (their
+	 * on_finish ran) with OK, and with any other status (the server's,
+	 * a cancel, the deadline, the connection). */
+	uint64_t streams_started, streams_ok, streams_failed;
+	uint64_t streams_open; /**< started and not yet finished */
+	/** Stream messages written (accepted by zcrpc_stream_write) and
+	 * received (handed to on_message), and their bytes. */
+	uint64_t stream_msgs_sent, stream_msgs_recv;
+	uint64_t stream_bytes_sent, stream_bytes_recv;
+	/** Of the messages sent, those that went by RDMA WRITE into memory
+	 * the server granted (above bulk_threshold); counted when the write
+	 * completed. */
+	uint64_t stream_bulk_msgs;
 	/* New counters go here. */
 } zcrpc_channel_stats;
 
@@ -700,6 +713,18 @@ typedef struct zcrpc_server_stats {
 	/** Connections closed because they made no call within
 	 * idle_timeout_ms (also counted in conns_lost). */
 	uint64_t idle_closed;
+	/** Streams opened by clients and handed to their handler (also in
+	 * @calls; those refused at the open are in @calls and
+	 * @unimplemented, or answered UNAVAILABLE / RESOURCE_EXHAUSTED), and
+	 * of those not yet finished. */
+	uint64_t streams_started, streams_open;
+	/** Stream messages received (handed to on_message) and written
+	 * (accepted by zcrpc_stream_write), and their bytes. */
+	uint64_t stream_msgs_recv, stream_msgs_sent;
+	uint64_t stream_bytes_recv, stream_bytes_sent;
+	/** Of the messages received, those the client wrote by RDMA WRITE
+	 * into memory this server granted. */
+	uint64_t stream_bulk_msgs;
 	/* New counters go here. */
 } zcrpc_server_stats;
 

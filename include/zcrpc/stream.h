@@ -93,8 +93,9 @@ typedef struct zcrpc_stream_handlers {
 			   void *arg);
 	/** Server: the client half-closed (it writes no more messages). */
 	void (*on_half_close)(zcrpc_stream *s, void *arg);
-	/** The write window, closed by a RESOURCE_EXHAUSTED write, is open
-	 * again. */
+	/** Write again: the write window, closed by a RESOURCE_EXHAUSTED
+	 * write, is open again, or a write refused for want of a pool slot
+	 * or memory may now find one (see zcrpc_stream_write). */
 	void (*on_writable)(zcrpc_stream *s, void *arg);
 	/** The stream ended; the last callback, always run once. The stream
 	 * is freed when it returns. */
@@ -158,7 +159,8 @@ ZCRPC_API zcrpc_status zcrpc_server_register_stream(
  * them (docs/protocol.md §8). Either way the next write is refused
  * RESOURCE_EXHAUSTED until the message went (on_writable follows); a
  * half-close or finish made meanwhile goes after it. RESOURCE_EXHAUSTED when the window is closed (on_writable follows)
- * or no pool slot or memory is free (try again later); INVALID_ARGUMENT
+ * or no pool slot or memory is free (on_writable follows too, about a
+ * millisecond later, whether or not one is free by then); INVALID_ARGUMENT
  * for NULL @data with a length or a message above
  * zcrpc_stream_max_message();
  * FAILED_PRECONDITION after this side's half-close or finish, or once the

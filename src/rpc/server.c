@@ -588,6 +588,13 @@ static void add_stats(zcrpc_server_stats *t, const zcrpc_server_stats *a)
 	ADD(bulk_in_use);
 	ADD(bulk_released);
 	ADD(idle_closed);
+	ADD(streams_started);
+	ADD(streams_open);
+	ADD(stream_msgs_recv);
+	ADD(stream_msgs_sent);
+	ADD(stream_bytes_recv);
+	ADD(stream_bytes_sent);
+	ADD(stream_bulk_msgs);
 #undef ADD
 	/* The pool is per worker: each shard's is its own worker's. */
 	t->pool_pinned += a->pool_pinned;

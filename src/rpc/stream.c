@@ -76,6 +76,10 @@ void zcrpc__stream_end(zcrpc_stream *s, zcrpc_status st, const char *msg)
 
 void zcrpc__stream_ic_message(zcrpc_stream *s, int outgoing, size_t len)
 {
+	if (s->client)
+		zcrpc__cstream_count_message(s, outgoing, len);
+	else
+		zcrpc__sstream_count_message(s, outgoing, len);
 	if (s->cics && s->cics->n)
 		zcrpc__cchain_message(s->cics, &s->ic, outgoing, len);
 	else if (s->sics && s->sics->n)
@@ -337,6 +341,10 @@ void zcrpc__stream_run_finish(zcrpc_stream *s)
 		free(m);
 	}
 	s->finish_run = 1;
+	if (s->client)
+		zcrpc__cstream_count_end(s);
+	else
+		zcrpc__sstream_count_end(s);
 	zcrpc__stream_ic_end(s);
 	zcrpc__timer_stop(s->w, &s->timer);
 	memset(&e, 0, sizeof(e));
@@ -373,6 +381,8 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 	else
 		give_window(s, 0);
 	zcrpc__stream_pump(s); /* a piece that found no slot */
+	if (!s->ended)
+		zcrpc__stream_writable_again(s); /* a write that found none */
 	if (!s->ended && s->deadline_ns)
 		zcrpc__timer_start(s->w, &s->timer, s->deadline_ns);
 }
@@ -449,6 +459,18 @@ void zcrpc__stream_end_after_pieces(zcrpc_stream *s, struct zcrpc__out *out,
 	s->half_local = 1; /* nothing more is written */
 }
 
+/* A write refused for want of a pool slot, a bulk buffer or memory: the
+ * stream's timer calls on_writable in RETRY_NS, so that the writer tries
+ * again without polling. */
+static zcrpc_status retry_later(zcrpc_stream *s, zcrpc_status st)
+{
+	if (st == ZCRPC_RESOURCE_EXHAUSTED) {
+		s->wanted_write = 1;
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns() + RETRY_NS);
+	}
+	return st;
+}
+
 /* One message: copied from @data, or written by @fill into the slot. */
 static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
 			      void *ctx, const void *data)
@@ -466,13 +488,14 @@ static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	if (zcrpc__cstream_attaches(s, len))
-		return zcrpc__cstream_write_attached(s, len, fill, ctx, data);
+		return retry_later(s, zcrpc__cstream_write_attached(s, len, fill,
+								    ctx, data));
 	if (len > piece_max(s)) {
 		/* In pieces, as the window lets them go; the next write waits
 		 * until the last went. */
 		s->out_big = malloc(len);
 		if (!s->out_big)
-			return ZCRPC_RESOURCE_EXHAUSTED;
+			return retry_later(s, ZCRPC_RESOURCE_EXHAUSTED);
 		if (fill)
 			fill(s->out_big, len, ctx);
 		else
@@ -489,7 +512,7 @@ static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
 	f.call_id = s->ref;
 	st = zcrpc__out_build(s->w, &f, NULL, 0, len, fill, ctx, data, &out);
 	if (st != ZCRPC_OK)
-		return st;
+		return retry_later(s, st);
 	s->send_window--;
 	s->sent_any = 1;
 	zcrpc__stream_ic_message(s, 1, len);

@@ -124,6 +124,7 @@ void zcrpc__cstream_on_write_done(zcrpc_channel *ch, zcrpc_conn *conn,
 					  "writing a stream message failed");
 			return;
 		}
+		ch->st.stream_bulk_msgs++;
 		zcrpc__stream_pump(s); /* the half-close that waited */
 		zcrpc__stream_writable_again(s);
 		return;
@@ -226,6 +227,7 @@ void zcrpc__sstream_part_landed(zcrpc_server *s, zcrpc_server_call *c)
 	c->state = SS_RUNNING;
 	if (st) {
 		st->att_ref = 0; /* (the next may be granted from in here) */
+		s->st.stream_bulk_msgs++;
 		zcrpc__stream_take_landed(st, c->req_bulk->ptr,
 					  (size_t)c->f.bulk_len);
 	}

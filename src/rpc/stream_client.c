@@ -199,6 +199,26 @@ static void bind_conn(zcrpc_channel *ch, zcrpc_stream *s)
 	s->conn = ch->conn;
 }
 
+void zcrpc__cstream_count_message(zcrpc_stream *s, int outgoing, size_t len)
+{
+	if (outgoing) {
+		s->ch->st.stream_msgs_sent++;
+		s->ch->st.stream_bytes_sent += len;
+	} else {
+		s->ch->st.stream_msgs_recv++;
+		s->ch->st.stream_bytes_recv += len;
+	}
+}
+
+void zcrpc__cstream_count_end(zcrpc_stream *s)
+{
+	s->ch->st.streams_open--;
+	if (s->end_status == ZCRPC_OK)
+		s->ch->st.streams_ok++;
+	else
+		s->ch->st.streams_failed++;
+}
+
 zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 				const zcrpc_stream_opts *o,
 				const zcrpc_stream_handlers *h,
@@ -268,6 +288,8 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	}
 	zcrpc__call_table_take(&ch->streams);
 	zcrpc__list_push_back(&ch->live_streams, &s->link);
+	ch->st.streams_started++;
+	ch->st.streams_open++;
 	if (s->deadline_ns)
 		zcrpc__timer_start(ch->w, &s->timer, s->deadline_ns);
 	*out = s;

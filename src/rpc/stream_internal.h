@@ -193,6 +193,10 @@ void zcrpc__cstreams_conn_gone(zcrpc_channel *ch, zcrpc_conn *conn,
 void zcrpc__cstreams_destroy(zcrpc_channel *ch);
 void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out);
 void zcrpc__cstream_free(zcrpc_stream *s);
+/* The channel's counters: a message of @s written (@outgoing) or
+ * delivered; @s finished (its on_finish runs). */
+void zcrpc__cstream_count_message(zcrpc_stream *s, int outgoing, size_t len);
+void zcrpc__cstream_count_end(zcrpc_stream *s);
 /* Its deadline passed: ended DEADLINE_EXCEEDED, the server told. */
 void zcrpc__cstream_deadline(zcrpc_stream *s);
 /* The client refuses what the server sent: ended @st, the server told. */
@@ -207,6 +211,9 @@ void zcrpc__sstreams_conn_gone(struct sconn *sc);
 void zcrpc__sstreams_destroy(zcrpc_server *s);
 void zcrpc__sstream_send(zcrpc_stream *s, struct zcrpc__out *out);
 void zcrpc__sstream_free(zcrpc_stream *s);
+/* The server's counters, as zcrpc__cstream_count_*. */
+void zcrpc__sstream_count_message(zcrpc_stream *s, int outgoing, size_t len);
+void zcrpc__sstream_count_end(zcrpc_stream *s);
 /* Its deadline passed: ended DEADLINE_EXCEEDED, the client told. */
 void zcrpc__sstream_deadline(zcrpc_stream *s);
 /* The server refuses what the client sent: ended @st, the client told. */

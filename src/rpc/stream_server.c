@@ -131,6 +131,22 @@ static void reply_simple(struct sconn *sc, uint32_t ref, zcrpc_status st,
 	zcrpc__sconn_send_frame(sc, &f, msg, zcrpc__status_msg_len(msg), 0);
 }
 
+void zcrpc__sstream_count_message(zcrpc_stream *s, int outgoing, size_t len)
+{
+	if (outgoing) {
+		s->s->st.stream_msgs_sent++;
+		s->s->st.stream_bytes_sent += len;
+	} else {
+		s->s->st.stream_msgs_recv++;
+		s->s->st.stream_bytes_recv += len;
+	}
+}
+
+void zcrpc__sstream_count_end(zcrpc_stream *s)
+{
+	s->s->st.streams_open--;
+}
+
 static void on_open(struct sconn *sc, const struct zcrpc_frame *f)
 {
 	zcrpc_server *s = sc->s;
@@ -190,6 +206,8 @@ static void on_open(struct sconn *sc, const struct zcrpc_frame *f)
 	zcrpc__list_push_back(&sc->streams, &st->link);
 	zcrpc__list_push_back(&s->streams, &st->slink);
 	sc->nstreams++;
+	s->st.streams_started++;
+	s->st.streams_open++;
 	if (f->deadline_us) {
 		st->deadline_ns = zcrpc__now_ns() + (int64_t)f->deadline_us * 1000;
 		zcrpc__timer_start(s->w, &st->timer, st->deadline_ns);
