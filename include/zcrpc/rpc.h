@@ -323,6 +323,10 @@ typedef struct zcrpc_channel_stats {
 	 * the server granted (above bulk_threshold); counted when the write
 	 * completed. */
 	uint64_t stream_bulk_msgs;
+	/** Messages that carried two or more stream frames (MESSAGE, WINDOW)
+	 * written in one progress turn (docs/protocol.md §8, Batches), and
+	 * the frames they carried. */
+	uint64_t stream_batches, stream_batched_frames;
 	/* New counters go here. */
 } zcrpc_channel_stats;
 
@@ -725,6 +729,10 @@ typedef struct zcrpc_server_stats {
 	/** Of the messages received, those the client wrote by RDMA WRITE
 	 * into memory this server granted. */
 	uint64_t stream_bulk_msgs;
+	/** Messages that carried two or more stream frames (MESSAGE, WINDOW)
+	 * written in one progress turn (docs/protocol.md §8, Batches), and
+	 * the frames they carried. */
+	uint64_t stream_batches, stream_batched_frames;
 	/* New counters go here. */
 } zcrpc_server_stats;
 

@@ -165,16 +165,19 @@ void zcrpc__channel_protocol_error(zcrpc_channel *ch, zcrpc_conn *conn,
 			  "protocol error from the server: %s", why);
 }
 
-static void on_recv(zcrpc_conn *conn, const void *data, size_t len, void *arg)
-{
-	zcrpc_channel *ch = arg;
-	struct zcrpc_frame f;
-	char why[128];
+/* What on_frame needs besides the frame. */
+struct recv_ctx {
+	zcrpc_channel *ch;
+	zcrpc_conn *conn;
+};
 
-	if (zcrpc__frame_decode(data, len, &f, why, sizeof(why)) != ZCRPC_OK) {
-		zcrpc__channel_protocol_error(ch, conn, why);
-		return;
-	}
+static void on_frame(void *arg, const struct zcrpc_frame *fp)
+{
+	struct recv_ctx *rc = arg;
+	zcrpc_channel *ch = rc->ch;
+	zcrpc_conn *conn = rc->conn;
+	struct zcrpc_frame f = *fp;
+
 	if ((f.flags & ZCRPC_FRAME_F_STREAM) || f.type >= ZCRPC_FRAME_MESSAGE) {
 		zcrpc__cstreams_on_frame(ch, conn, &f);
 		return;
@@ -208,6 +211,16 @@ static void on_recv(zcrpc_conn *conn, const void *data, size_t len, void *arg)
 					      "unexpected frame type");
 		break;
 	}
+}
+
+static void on_recv(zcrpc_conn *conn, const void *data, size_t len, void *arg)
+{
+	struct recv_ctx rc = {arg, conn};
+	char why[128];
+
+	if (zcrpc__frames_each(conn, data, len, on_frame, &rc, why,
+			       sizeof(why)) != ZCRPC_OK)
+		zcrpc__channel_protocol_error(rc.ch, conn, why);
 }
 
 void zcrpc_channel_opts_init_sized(zcrpc_channel_opts *caller, size_t size)

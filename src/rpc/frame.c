@@ -43,6 +43,33 @@ void zcrpc__frame_encode(const struct zcrpc_frame *f, uint8_t *b)
 #define bad(why, why_len, ...)                                                 \
 	zcrpc__reason(ZCRPC_INVALID_ARGUMENT, why, why_len, __VA_ARGS__)
 
+zcrpc_status zcrpc__frame_decode_next(const void *data, size_t len,
+				      struct zcrpc_frame *f, size_t *used,
+				      char *why, size_t why_len)
+{
+	const uint8_t *b = data;
+	uint64_t flen;
+	zcrpc_status st;
+
+	if (!b || len < ZCRPC_FRAME_HDR_LEN)
+		return zcrpc__frame_decode(data, len, f, why, why_len);
+	flen = (uint64_t)ZCRPC_FRAME_HDR_LEN + zcrpc__get_le16(b + 6) +
+	       zcrpc__get_le32(b + 24);
+	if (flen > len)
+		return bad(why, why_len,
+			   "frame of %llu bytes (by its lengths) runs past the %zu bytes left in its message",
+			   (unsigned long long)flen, len);
+	st = zcrpc__frame_decode(data, (size_t)flen, f, why, why_len);
+	if (st != ZCRPC_OK)
+		return st;
+	if (flen < len && !zcrpc__frame_batchable(f->type, f->flags))
+		return bad(why, why_len,
+			   "a frame of type %u with another after it in one message",
+			   f->type);
+	*used = (size_t)flen;
+	return ZCRPC_OK;
+}
+
 /* Longer than ~80 lines on purpose: it is the receiver's list of checks in
  * the order of the header's fields (docs/protocol.md §7), one line each
  * with the reason it names; split up, the list could not be read (and

@@ -121,6 +121,24 @@ zcrpc_status zcrpc__frame_decode(const void *buf, size_t len,
 				 struct zcrpc_frame *out, char *why,
 				 size_t why_len);
 
+/* On a connection whose hellos both carry BATCH (docs/protocol.md §8,
+ * Batches): decodes the frame at the start of @len bytes holding one or
+ * more frames back to back, its length the header's (header + metadata +
+ * payload), into @out, and sets @used to that length. Checks as
+ * zcrpc__frame_decode, and that a frame with more after it may be batched
+ * (zcrpc__frame_batchable). Returns OK, or INVALID_ARGUMENT with @why. */
+zcrpc_status zcrpc__frame_decode_next(const void *buf, size_t len,
+				      struct zcrpc_frame *out, size_t *used,
+				      char *why, size_t why_len);
+
+/* A frame that may go in a batch before another: a MESSAGE with inline
+ * payload (no bulk part) or a WINDOW. None keeps its receive slot. */
+static inline int zcrpc__frame_batchable(uint8_t type, uint16_t flags)
+{
+	return (type == ZCRPC_FRAME_MESSAGE && !(flags & ZCRPC_FRAME_F_BULK)) ||
+	       type == ZCRPC_FRAME_WINDOW;
+}
+
 /* Metadata: a sequence of pairs, each key length (u8, >= 1), value
  * length (u16 LE), key bytes, value bytes. */
 struct zcrpc_md_view {

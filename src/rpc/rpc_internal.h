@@ -41,6 +41,16 @@ size_t zcrpc__md_bytes(const zcrpc_md *md, size_t n);
 /* Decodes @f's metadata into @out (ZCRPC_MD_MAX_PAIRS entries). */
 size_t zcrpc__md_view(const struct zcrpc_frame *f, zcrpc_md *out);
 
+/* Hands the frames of one received message to @fn in order: the one
+ * frame, or on a connection that takes batches (docs/protocol.md §8,
+ * Batches) each of them; stops once @conn is closing (a frame's handling
+ * broke it off). Returns OK, or INVALID_ARGUMENT with @why for a frame
+ * that does not decode (the caller closes the connection; the frames
+ * before it were handed over). */
+zcrpc_status zcrpc__frames_each(zcrpc_conn *conn, const void *data, size_t len,
+				void (*fn)(void *arg, const struct zcrpc_frame *f),
+				void *arg, char *why, size_t why_len);
+
 /* A frame in flight, queued until the connection takes it. */
 struct zcrpc__qframe {
 	struct zcrpc__qframe *next;

@@ -88,3 +88,29 @@ zcrpc_status zcrpc__out_build(zcrpc_worker *w, struct zcrpc_frame *f,
 	out->len = total;
 	return ZCRPC_OK;
 }
+
+zcrpc_status zcrpc__frames_each(zcrpc_conn *conn, const void *data, size_t len,
+				void (*fn)(void *arg, const struct zcrpc_frame *f),
+				void *arg, char *why, size_t why_len)
+{
+	const uint8_t *b = data;
+	struct zcrpc_frame f;
+	zcrpc_status st;
+	size_t used;
+
+	if (!zcrpc__conn_has_batch(conn)) {
+		st = zcrpc__frame_decode(data, len, &f, why, why_len);
+		if (st == ZCRPC_OK)
+			fn(arg, &f);
+		return st;
+	}
+	do {
+		st = zcrpc__frame_decode_next(b, len, &f, &used, why, why_len);
+		if (st != ZCRPC_OK)
+			return st;
+		fn(arg, &f);
+		b += used;
+		len -= used;
+	} while (len && !zcrpc__conn_closing(conn));
+	return ZCRPC_OK;
+}

@@ -85,6 +85,7 @@ static void sconn_free(struct sconn *sc)
 		s->npframes--;
 		free(p);
 	}
+	zcrpc__batch_drop(&sc->batch);
 	zcrpc__timer_stop(s->w, &sc->idle);
 	zcrpc__list_remove(&sc->link);
 	free(sc);
@@ -184,6 +185,8 @@ static void on_accept(zcrpc_listener *l, zcrpc_conn *conn, void *arg)
 	sc->conn = conn;
 	zcrpc__list_init(&sc->calls);
 	zcrpc__list_init(&sc->streams);
+	zcrpc__batch_init(&sc->batch, s->w, zcrpc__sconn_send_batch,
+			  &s->st.stream_batches, &s->st.stream_batched_frames);
 	zcrpc__list_push_front(&s->conns, &sc->link);
 	memset(&h, 0, sizeof(h));
 	h.size = sizeof(h);
@@ -595,6 +598,8 @@ static void add_stats(zcrpc_server_stats *t, const zcrpc_server_stats *a)
 	ADD(stream_bytes_recv);
 	ADD(stream_bytes_sent);
 	ADD(stream_bulk_msgs);
+	ADD(stream_batches);
+	ADD(stream_batched_frames);
 #undef ADD
 	/* The pool is per worker: each shard's is its own worker's. */
 	t->pool_pinned += a->pool_pinned;

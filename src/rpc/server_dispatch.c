@@ -297,18 +297,11 @@ void zcrpc__scall_cancel(struct sconn *sc, zcrpc_server_call *c)
 	/* RUNNING: the handler's reply is not sent. */
 }
 
-void zcrpc__sconn_on_recv(zcrpc_conn *conn, const void *data, size_t len,
-			  void *arg)
+static void on_frame(void *arg, const struct zcrpc_frame *fp)
 {
 	struct sconn *sc = arg;
-	struct zcrpc_frame f;
-	char why[128];
+	struct zcrpc_frame f = *fp;
 
-	(void)conn;
-	if (zcrpc__frame_decode(data, len, &f, why, sizeof(why)) != ZCRPC_OK) {
-		zcrpc__sconn_protocol_error(sc, why);
-		return;
-	}
 	if ((f.flags & ZCRPC_FRAME_F_STREAM) || f.type >= ZCRPC_FRAME_MESSAGE) {
 		zcrpc__sstreams_on_frame(sc, &f);
 		return;
@@ -328,6 +321,17 @@ void zcrpc__sconn_on_recv(zcrpc_conn *conn, const void *data, size_t len,
 		zcrpc__sconn_protocol_error(sc, "unexpected frame type");
 		break;
 	}
+}
+
+void zcrpc__sconn_on_recv(zcrpc_conn *conn, const void *data, size_t len,
+			  void *arg)
+{
+	struct sconn *sc = arg;
+	char why[128];
+
+	if (zcrpc__frames_each(conn, data, len, on_frame, sc, why,
+			       sizeof(why)) != ZCRPC_OK)
+		zcrpc__sconn_protocol_error(sc, why);
 }
 
 void zcrpc__sconn_on_writable(zcrpc_conn *conn, void *arg)

@@ -10,6 +10,7 @@
 
 #include "../core/list.h"
 #include "rpc_internal.h"
+#include "batch.h"
 #include "intercept.h"
 #include "zcrpc/stream.h"
 
@@ -123,6 +124,7 @@ struct sconn {
 	int called; /* a request frame arrived */
 	struct zcrpc__list streams; /* its open streams (stream_server.c) */
 	uint32_t nstreams;
+	struct zcrpc__batch batch; /* stream frames gathered (server_send.c) */
 };
 
 struct zcrpc_server {
@@ -220,7 +222,11 @@ zcrpc_status zcrpc__server_add_method(zcrpc_server *s, const char *full_name,
 void zcrpc__sconn_called(struct sconn *sc);
 
 /* ---- server_send.c: frames out ---- */
+/* Sends @out: a small stream frame joins the connection's batch (sent at
+ * the turn's end), anything else goes after it, now or queued. */
 void zcrpc__sconn_send(struct sconn *sc, struct zcrpc__out *out);
+/* The connection's batch goes (its zcrpc__batch send function). */
+void zcrpc__sconn_send_batch(struct zcrpc__batch *b, struct zcrpc__out *out);
 void zcrpc__sconn_flush(struct sconn *sc);
 void zcrpc__sconn_flush_deferred(struct sconn *sc);
 void zcrpc__sconn_send_frame(struct sconn *sc, struct zcrpc_frame *f,

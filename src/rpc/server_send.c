@@ -9,14 +9,11 @@
 
 /* Sends a frame now or queues it behind others waiting for credits. The
  * frame's slot belongs to the library either way. */
-void zcrpc__sconn_send(struct sconn *sc, struct zcrpc__out *out)
+/* Posts @out now, or queues it behind frames waiting for credits. */
+static void send_now(struct sconn *sc, struct zcrpc__out *out)
 {
 	struct zcrpc__qframe *q;
 
-	if (sc->closed) {
-		zcrpc_msg_free(sc->s->w, &out->msg);
-		return;
-	}
 	if (!sc->q_head) {
 		zcrpc_status st = zcrpc_conn_send_msg(sc->conn, &out->msg, out->len);
 
@@ -40,6 +37,30 @@ void zcrpc__sconn_send(struct sconn *sc, struct zcrpc__out *out)
 	else
 		sc->q_head = q;
 	sc->q_tail = q;
+}
+
+void zcrpc__sconn_send_batch(struct zcrpc__batch *b, struct zcrpc__out *out)
+{
+	struct sconn *sc = zcrpc__container_of(b, struct sconn, batch);
+
+	if (sc->closed) {
+		zcrpc_msg_free(sc->s->w, &out->msg);
+		return;
+	}
+	send_now(sc, out);
+}
+
+void zcrpc__sconn_send(struct sconn *sc, struct zcrpc__out *out)
+{
+	if (sc->closed) {
+		zcrpc_msg_free(sc->s->w, &out->msg);
+		return;
+	}
+	/* A small stream frame may wait for the others of this turn; any
+	 * other frame sends what waits first. */
+	if (zcrpc__batch_add(&sc->batch, sc->conn, out))
+		return;
+	send_now(sc, out);
 }
 
 void zcrpc__sconn_flush(struct sconn *sc)

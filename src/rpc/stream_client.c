@@ -25,6 +25,7 @@ static void drop_queue(zcrpc_stream *s)
 {
 	struct zcrpc__qframe *q;
 
+	zcrpc__batch_drop(&s->batch);
 	while ((q = s->q_head)) {
 		s->q_head = q->next;
 		zcrpc_msg_free(s->w, &q->out.msg);
@@ -102,7 +103,8 @@ int zcrpc__cstreams_flush(zcrpc_channel *ch, zcrpc_conn *conn)
 	return waiting;
 }
 
-void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out)
+/* Posts @out now when nothing waits before it, else queues it. */
+static void send_now(zcrpc_stream *s, struct zcrpc__out *out)
 {
 	struct zcrpc__qframe *q;
 
@@ -138,6 +140,20 @@ void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out)
 	s->q_tail = q;
 	if (q == s->q_head)
 		flush_one(s);
+}
+
+static void send_batch(struct zcrpc__batch *b, struct zcrpc__out *out)
+{
+	send_now(zcrpc__container_of(b, zcrpc_stream, batch), out);
+}
+
+void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out)
+{
+	/* A small frame of an open stream may wait for the others of this
+	 * turn (batch.h); any other frame sends what waits first. */
+	if (s->sent_open && s->conn && zcrpc__batch_add(&s->batch, s->conn, out))
+		return;
+	send_now(s, out);
 }
 
 /* Ends @s for a reason of ours (@st, @msg): what it had queued is
@@ -267,6 +283,8 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	zcrpc__stream_init(s, ch->w, &hh);
 	s->client = 1;
 	s->ch = ch;
+	zcrpc__batch_init(&s->batch, ch->w, send_batch, &ch->st.stream_batches,
+			  &ch->st.stream_batched_frames);
 	if (so.max_message)
 		s->max_message = so.max_message;
 	s->cics = &ch->ics;

@@ -10,6 +10,7 @@
 
 #include "../core/list.h"
 #include "rpc_internal.h"
+#include "batch.h"
 #include "intercept.h"
 #include "zcrpc/stream.h"
 
@@ -87,6 +88,7 @@ struct zcrpc_stream {
 	struct zcrpc__list link;	       /* ch->live_streams / sc->streams */
 	struct zcrpc__list slink;	       /* server: its shard's streams */
 	struct zcrpc__qframe *q_head, *q_tail; /* client: frames not sent yet */
+	struct zcrpc__batch batch; /* client: small frames of this turn */
 	/* server */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once its connection is gone */

@@ -27,10 +27,17 @@ static uint32_t rdma_features(const zcrpc_conn *c)
 	return c->features;
 }
 
+static uint32_t rdma_peer_max_msg(const zcrpc_conn *c)
+{
+	return c->peer_max_msg;
+}
+
 _Static_assert(ZCRPC_SEAM_FEAT_STREAMS == ZCRPC_FEAT_STREAMS,
 	       "the seam's stream bit is the hello's");
 _Static_assert(ZCRPC_SEAM_FEAT_STREAM_BULK == ZCRPC_FEAT_STREAM_BULK,
 	       "the seam's stream-bulk bit is the hello's");
+_Static_assert(ZCRPC_SEAM_FEAT_BATCH == ZCRPC_FEAT_BATCH,
+	       "the seam's BATCH bit is the hello's");
 
 static void rdma_abort(zcrpc_conn *c, zcrpc_status st, const char *why)
 {
@@ -44,6 +51,7 @@ const struct zcrpc__conn_ops zcrpc__rdma_conn_ops = {
 	.abort = rdma_abort,
 	.send_urgent = zcrpc__conn_send_msg_urgent,
 	.features = rdma_features,
+	.peer_max_msg = rdma_peer_max_msg,
 };
 
 void zcrpc__conn_abort(zcrpc_conn *c, zcrpc_status st, const char *fmt, ...)

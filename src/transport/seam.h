@@ -52,12 +52,17 @@ struct zcrpc__conn_ops {
 	/* The feature bits both hellos carried (0 before the handshake):
 	 * the RPC layer reads ZCRPC_SEAM_FEAT_STREAMS. */
 	uint32_t (*features)(const zcrpc_conn *c);
+	/* The largest message the peer takes (its hello's max_msg; 0
+	 * before the handshake). */
+	uint32_t (*peer_max_msg)(const zcrpc_conn *c);
 };
 
 /* The connection's peer speaks streams (docs/protocol.md §8). */
 #define ZCRPC_SEAM_FEAT_STREAMS 0x80U
 /* ... and moves a client's large stream messages by RDMA WRITE. */
 #define ZCRPC_SEAM_FEAT_STREAM_BULK 0x200U
+/* ... and takes several frames in one message (docs/protocol.md §8). */
+#define ZCRPC_SEAM_FEAT_BATCH 0x400U
 
 /* The first member of every connection object, whatever its kind. */
 struct zcrpc__conn_base {
@@ -95,6 +100,11 @@ static inline int zcrpc__conn_has_stream_bulk(const zcrpc_conn *c)
 {
 	return (zcrpc__conn_ops_of(c)->features(c) &
 		ZCRPC_SEAM_FEAT_STREAM_BULK) != 0;
+}
+
+static inline int zcrpc__conn_has_batch(const zcrpc_conn *c)
+{
+	return (zcrpc__conn_ops_of(c)->features(c) & ZCRPC_SEAM_FEAT_BATCH) != 0;
 }
 
 /* ops->abort with a printf-style reason (cut at 192 bytes). */
@@ -145,6 +155,22 @@ void zcrpc__timer_start(zcrpc_worker *w, struct zcrpc__timer *t,
 			int64_t due_ns);
 /* Disarms @t; its fn does not run again until the next start. */
 void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t);
+
+/* ---- the end of a progress turn ----------------------------------------- */
+
+/* A hook embedded in its owner, run once at the end of the worker's
+ * current (or next) progress turn, before it may sleep: what the owner
+ * gathered in the turn goes out as one (a batch of stream frames). The
+ * owner sets fn and initialises link (zcrpc__list_init) once. */
+struct zcrpc__turn_hook {
+	struct zcrpc__list link; /* w->turn_end while due */
+	void (*fn)(struct zcrpc__turn_hook *h);
+};
+
+/* Makes @h due (a no-op while it is). */
+void zcrpc__worker_at_turn_end(zcrpc_worker *w, struct zcrpc__turn_hook *h);
+/* It is not due any more (its owner goes). */
+void zcrpc__turn_hook_cancel(struct zcrpc__turn_hook *h);
 
 /* ---- a server on several workers (listener.c) ---------------------------- */
 

@@ -257,6 +257,7 @@ zcrpc_status zcrpc_worker_create(const zcrpc_worker_opts *opts,
 	atomic_init(&w->has_posts, 0);
 	zcrpc__list_init(&w->conns);
 	zcrpc__list_init(&w->revokes_due);
+	zcrpc__list_init(&w->turn_end);
 	zcrpc__list_init(&w->listeners);
 	zcrpc__list_init(&w->jobs);
 	zcrpc__list_init(&w->ctx_link);
@@ -683,6 +684,44 @@ static int poll_epoll(zcrpc_worker *w)
 	return nev > 0 ? handle_ready(w, evs, nev) : 0;
 }
 
+void zcrpc__worker_at_turn_end(zcrpc_worker *w, struct zcrpc__turn_hook *h)
+{
+	if (!zcrpc__list_linked(&h->link))
+		zcrpc__list_push_back(&w->turn_end, &h->link);
+}
+
+void zcrpc__turn_hook_cancel(struct zcrpc__turn_hook *h)
+{
+	zcrpc__list_remove(&h->link);
+}
+
+/* Runs the hooks due at the end of this turn (what they queue again runs
+ * in the next turn's end). Returns how many ran. */
+static int run_turn_end(zcrpc_worker *w)
+{
+	struct zcrpc__list due;
+	struct zcrpc__list *n;
+	int ran = 0;
+
+	if (zcrpc__list_empty(&w->turn_end))
+		return 0;
+	/* Take the list whole: a hook queued again by its fn waits. */
+	due.next = w->turn_end.next;
+	due.prev = w->turn_end.prev;
+	due.next->prev = &due;
+	due.prev->next = &due;
+	zcrpc__list_init(&w->turn_end);
+	while ((n = zcrpc__list_first(&due))) {
+		struct zcrpc__turn_hook *h =
+			zcrpc__container_of(n, struct zcrpc__turn_hook, link);
+
+		zcrpc__list_remove(&h->link);
+		h->fn(h);
+		ran++;
+	}
+	return ran;
+}
+
 zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 {
 	struct epoll_event evs[ZCRPC_MAX_EVENTS];
@@ -712,6 +751,8 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	if (timer_due(w)) /* connection deadlines, keepalive */
 		zcrpc__timers_run(w, w->now_ns);
 	reap(w);
+	n += run_turn_end(w); /* before any sleep: what this turn (or the
+			       * application since the last) wrote goes */
 	if (n == 0 && timeout_ms != 0 && zcrpc_worker_arm(w) == ZCRPC_OK) {
 		w->epoll_reads++;
 		nev = epoll_wait(w->epfd, evs, ZCRPC_MAX_EVENTS, timeout_ms);
@@ -728,6 +769,7 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 		poll_conns(w);
 		zcrpc__timers_run(w, w->now_ns);
 		reap(w);
+		run_turn_end(w);
 	}
 	w->in_progress = 0;
 	return ZCRPC_OK;

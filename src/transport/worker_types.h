@@ -217,6 +217,8 @@ struct zcrpc_worker {
 	struct zcrpc__device dev[ZCRPC_MAX_DEVICES]; /* by context index */
 	struct zcrpc__list conns;		     /* zcrpc_conn.link */
 	struct zcrpc__list revokes_due; /* zcrpc_conn.due_link (mw.c) */
+	struct zcrpc__list turn_end; /* zcrpc__turn_hook.link: due at the
+				      * end of this progress turn */
 	struct zcrpc__list listeners;		     /* zcrpc_listener.link */
 	pthread_mutex_t job_lock;
 	struct zcrpc__list jobs;	 /* zcrpc__job.link: unjoined */

@@ -1,6 +1,7 @@
 /* zcrpc — libFuzzer target for the RPC frame parser (src/rpc/frame.c).
  *
- * Feeds arbitrary bytes to zcrpc__frame_decode (libFuzzer hands over a heap
+ * Feeds arbitrary bytes to zcrpc__frame_decode and, as a batch of frames,
+ * to zcrpc__frame_decode_next (libFuzzer hands over a heap
  * buffer of exactly @size bytes, so ASan sees any read past the end) and
  * checks what a total parser must guarantee:
  *   - every input yields OK or INVALID_ARGUMENT with a reason, the same with
@@ -207,6 +208,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(tiny[sizeof(tiny) - 1] == 0x7f);
 	if (st != ZCRPC_OK)
 		CHECK(tiny[sizeof(tiny) - 2] == 0); /* every reason is longer */
+
+	/* The input as a batch (docs/protocol.md §8, Batches): walked frame
+	 * by frame, each accepted one exactly its own bytes and obeying the
+	 * same rules, every one but the last batchable; a single frame is a
+	 * batch of one with the exact decoder's verdict. */
+	{
+		size_t off = 0, used = 0;
+		int frames = 0;
+
+		do {
+			st2 = zcrpc__frame_decode_next(data + off, size - off, &f2,
+						       &used, why, sizeof(why));
+			CHECK(st2 == ZCRPC_OK || st2 == ZCRPC_INVALID_ARGUMENT);
+			if (st2 != ZCRPC_OK)
+				break;
+			CHECK(used >= ZCRPC_FRAME_HDR_LEN && used <= size - off);
+			check_accepted(data + off, used, &f2);
+			CHECK(off + used == size ||
+			      zcrpc__frame_batchable(f2.type, f2.flags));
+			off += used;
+			frames++;
+		} while (off < size);
+		if (frames == 1 && off == size)
+			CHECK(st == ZCRPC_OK);
+		if (st == ZCRPC_OK)
+			CHECK(frames == 1 && off == size);
+	}
 
 	/* The metadata parser on its own, over the whole input. */
 	n = zcrpc__md_decode(data, size, pairs);

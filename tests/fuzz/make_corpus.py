@@ -156,6 +156,20 @@ def seeds():
     s["bad-stream-window-bulk"] = frame(WINDOW, flags=F_BULK, blen=4096, res12=4)
     s["bad-stream-piece-empty"] = frame(MESSAGE, flags=F_MORE)
     s["bad-stream-more-on-reply"] = frame(REPLY, payload=b"x", flags=F_MORE)
+    # --- batches (docs/protocol.md §8, Batches): frames back to back; the
+    # exact decoder refuses them all (not "ok-"), the batch walk takes the
+    # "batch-ok-" ones to their end and refuses the "batch-bad-" ones.
+    msg = lambda p: frame(MESSAGE, payload=p, call_id=0x100001)
+    s["batch-ok-messages"] = msg(b"a") + msg(b"") + msg(b"\x08\x01")
+    s["batch-ok-window-message-reply"] = (frame(WINDOW, call_id=0x100001, res12=8) +
+                                          msg(b"xyz") +
+                                          frame(REPLY, one, flags=F_STREAM, call_id=0x100001))
+    s["batch-ok-piece-then-end"] = (frame(MESSAGE, payload=b"\x00" * 100, flags=F_MORE,
+                                          call_id=0x100001) + msg(b"\x01"))
+    s["batch-bad-request-first"] = frame(REQUEST, method=m_echo) + msg(b"a")
+    s["batch-bad-bulk-message-first"] = frame(MESSAGE, flags=F_BULK, blen=4096) + msg(b"a")
+    s["batch-bad-torn-tail"] = msg(b"a") + msg(b"b")[:10]
+    s["batch-bad-runs-past"] = msg(b"a") + msg(b"bcdef")[:-2]
     # Bare metadata: the fuzzer also runs zcrpc__md_decode on the raw input.
     s["md-raw-pairs"] = auth
     s["md-raw-sixteen"] = sixteen

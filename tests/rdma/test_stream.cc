@@ -14,6 +14,8 @@
 
 #include "rdma_env.h"
 #include "rpc/frame.h"
+#include "transport/hello.h"
+#include "transport/test_hooks.h"
 #include "zcrpc/rpc.h"
 #include "zcrpc/stream.h"
 
@@ -1126,4 +1128,94 @@ TEST_F(Stream, AWriteThatFoundNoPoolSlotIsFollowedByOnWritable)
 	ASSERT_EQ(zcrpc_stream_cancel(sa), ZCRPC_OK);
 	ASSERT_TRUE(Until([&] { return a.finished && svc_.streams[0]->finished; }));
 	EXPECT_TRUE(UnaryWorks()) << "the connection outlived the empty pool";
+}
+
+namespace {
+
+// The exchange of the two batch tests: the client writes a window's worth
+// of small messages in one go and half-closes; the server writes @n small
+// messages as its window allows (a window's worth, then 8 at each WINDOW,
+// each time in one turn) and finishes. Both sides check every message in
+// order.
+void SmallMessagesBothWays(Service &svc, const std::function<zcrpc_stream *(Seen &)> &start,
+			   const std::function<bool(const std::function<bool()> &)> &until,
+			   int n)
+{
+	struct State {
+		int next = 0;
+	} st;
+	auto pump = [&st, n](Seen &x) {
+		WriteSome(x.s, "m", &st.next, n);
+		if (st.next == n && x.half && x.s)
+			EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+	};
+	svc.on_half = pump;
+	svc.on_writable = pump;
+	Seen cl;
+	zcrpc_stream *s = start(cl);
+	ASSERT_NE(s, nullptr);
+	for (unsigned i = 0; i < ZCRPC_STREAM_WINDOW; i++) {
+		std::string m = "c" + std::to_string(i);
+		ASSERT_EQ(zcrpc_stream_write(s, m.data(), m.size()), ZCRPC_OK) << i;
+	}
+	ASSERT_EQ(zcrpc_stream_close_send(s), ZCRPC_OK);
+	ASSERT_TRUE(until([&] { return cl.finished; }));
+	EXPECT_EQ(cl.status, ZCRPC_OK) << cl.message;
+	ASSERT_EQ(cl.msgs.size(), size_t(n));
+	for (int i = 0; i < n; i++)
+		ASSERT_EQ(cl.msgs[i], "m" + std::to_string(i)) << "message " << i;
+	ASSERT_EQ(svc.streams.size(), 1u);
+	const Seen &sv = *svc.streams[0];
+	ASSERT_EQ(sv.msgs.size(), size_t(ZCRPC_STREAM_WINDOW));
+	for (unsigned i = 0; i < ZCRPC_STREAM_WINDOW; i++)
+		EXPECT_EQ(sv.msgs[i], "c" + std::to_string(i)) << "message " << i;
+	svc.on_half = nullptr;
+	svc.on_writable = nullptr;
+}
+
+} // namespace
+
+TEST_F(Stream, SmallFramesWrittenInOneTurnShareOneMessageBothWays)
+{
+	// docs/protocol.md §8, Batches: the client's 16 messages written in a
+	// row go as one message; the server's messages written at each WINDOW
+	// go as one (8 at a time), so most of its 2,000 travel batched, several
+	// to a message; order holds, and the final status follows the last.
+	Listen();
+	ASSERT_TRUE(UnaryWorks()); // the connection is up: the writes batch
+	SmallMessagesBothWays(
+		svc_, [&](Seen &x) { return Start(x); },
+		[&](const std::function<bool()> &f) { return Until(f, 60000); }, 2000);
+	zcrpc_server_stats ss = ServerStats(srv_);
+	EXPECT_EQ(ss.stream_msgs_sent, 2000u);
+	EXPECT_GT(ss.stream_batches, 0u);
+	EXPECT_GE(ss.stream_batched_frames, 1000u) << "most messages went batched";
+	EXPECT_GE(ss.stream_batched_frames, 4 * ss.stream_batches)
+		<< "4 frames or more to a batch on average";
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_GE(cs.stream_batches, 1u);
+	EXPECT_GE(cs.stream_batched_frames, uint64_t(ZCRPC_STREAM_WINDOW))
+		<< "the client's messages written in a row went together";
+	EXPECT_TRUE(UnaryWorks());
+}
+
+TEST_F(Stream, WithoutBatchInTheHellosEveryFrameIsAMessageOfItsOwn)
+{
+	// An older peer (its hello without BATCH, 0x400): the same exchange,
+	// every frame a message of its own, nothing batched either way.
+	zcrpc__worker_test_clear_features(w_, ZCRPC_FEAT_BATCH);
+	Listen();
+	ASSERT_TRUE(UnaryWorks());
+	SmallMessagesBothWays(
+		svc_, [&](Seen &x) { return Start(x); },
+		[&](const std::function<bool()> &f) { return Until(f, 60000); }, 300);
+	zcrpc_server_stats ss = ServerStats(srv_);
+	EXPECT_EQ(ss.stream_msgs_sent, 300u);
+	EXPECT_EQ(ss.stream_batches, 0u);
+	EXPECT_EQ(ss.stream_batched_frames, 0u);
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(cs.stream_batches, 0u);
+	EXPECT_TRUE(UnaryWorks());
 }

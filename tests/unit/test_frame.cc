@@ -828,7 +828,7 @@ TEST(FrameCorpus, EverySeedDecodesAsItsNameSays)
 {
 	DIR *d = opendir(ZCRPC_FRAME_CORPUS);
 	ASSERT_NE(d, nullptr) << ZCRPC_FRAME_CORPUS;
-	int ok = 0, bad = 0;
+	int ok = 0, bad = 0, batches = 0;
 	while (struct dirent *e = readdir(d)) {
 		std::string name = e->d_name;
 		if (name[0] == '.')
@@ -844,6 +844,21 @@ TEST(FrameCorpus, EverySeedDecodesAsItsNameSays)
 		if (name.rfind("ok-", 0) == 0) {
 			EXPECT_EQ(st, ZCRPC_OK) << name << ": " << why;
 			ok++;
+		} else if (name.rfind("batch-", 0) == 0) {
+			// A batch: refused whole, walked frame by frame.
+			EXPECT_NE(st, ZCRPC_OK) << name;
+			size_t off = 0, used = 0;
+			zcrpc_status bst = ZCRPC_OK;
+			while (off < n && bst == ZCRPC_OK) {
+				bst = zcrpc__frame_decode_next(buf.data() + off, n - off, &out,
+							       &used, why, sizeof(why));
+				off += bst == ZCRPC_OK ? used : 0;
+			}
+			if (name.rfind("batch-ok-", 0) == 0)
+				EXPECT_EQ(bst, ZCRPC_OK) << name << ": " << why;
+			else
+				EXPECT_NE(bst, ZCRPC_OK) << name;
+			batches++;
 		} else {
 			EXPECT_NE(st, ZCRPC_OK) << name;
 			bad++;
@@ -852,4 +867,99 @@ TEST(FrameCorpus, EverySeedDecodesAsItsNameSays)
 	closedir(d);
 	EXPECT_GE(ok, 30);
 	EXPECT_GE(bad, 40);
+	EXPECT_GE(batches, 7);
+}
+
+// ---- batches (docs/protocol.md §8, Batches) ---------------------------------
+
+// Several frames back to back decode one after the other, each as long as
+// its header says, the last of any type.
+TEST(FrameBatch, FramesBackToBackDecodeInOrderWithTheirLengths)
+{
+	zcrpc_frame m = Sample(ZCRPC_FRAME_MESSAGE), w = Sample(ZCRPC_FRAME_WINDOW),
+		    r = Sample(ZCRPC_FRAME_REPLY);
+	w.count = 8;
+	r.flags = ZCRPC_FRAME_F_STREAM;
+	r.status = ZCRPC_OK;
+	std::vector<uint8_t> a = BuildFitting(m, {}, {1, 2, 3}), b = BuildFitting(w),
+			     c = BuildFitting(m, {}, {}), d = BuildFitting(r, EncodeMd({{"k", "v"}}));
+	std::vector<uint8_t> all;
+	for (const auto *p : {&a, &b, &c, &d})
+		all.insert(all.end(), p->begin(), p->end());
+	const uint8_t *at = all.data();
+	size_t left = all.size(), used = 0;
+	const size_t want[] = {a.size(), b.size(), c.size(), d.size()};
+	const uint8_t types[] = {ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_WINDOW, ZCRPC_FRAME_MESSAGE,
+				 ZCRPC_FRAME_REPLY};
+	for (int i = 0; i < 4; i++) {
+		zcrpc_frame f{};
+		char why[128] = "";
+		ASSERT_EQ(zcrpc__frame_decode_next(at, left, &f, &used, why, sizeof(why)), ZCRPC_OK)
+			<< "frame " << i << ": " << why;
+		EXPECT_EQ(used, want[i]);
+		EXPECT_EQ(f.type, types[i]);
+		at += used;
+		left -= used;
+	}
+	EXPECT_EQ(left, 0u);
+	zcrpc_frame f{};
+	ASSERT_EQ(zcrpc__frame_decode_next(a.data(), 3 + ZCRPC_FRAME_HDR_LEN, &f, &used, nullptr, 0),
+		  ZCRPC_OK);
+	EXPECT_EQ(f.payload_len, 3u);
+	EXPECT_EQ(f.payload[2], 3);
+}
+
+// Only a MESSAGE without a bulk part or a WINDOW may have a frame after it:
+// the others keep their receive (a request, a reply with metadata) or
+// start something a later frame of the same message could race.
+TEST(FrameBatch, OnlyInlineMessagesAndWindowsMayHaveAFrameAfterThem)
+{
+	std::vector<uint8_t> tail = BuildFitting(Sample(ZCRPC_FRAME_MESSAGE));
+	const uint8_t kept[] = {ZCRPC_FRAME_REQUEST, ZCRPC_FRAME_REPLY,	  ZCRPC_FRAME_CANCEL,
+				ZCRPC_FRAME_GOAWAY,  ZCRPC_FRAME_BULK_GRANT, ZCRPC_FRAME_HEADERS,
+				ZCRPC_FRAME_HALF_CLOSE};
+	for (uint8_t t : kept) {
+		std::vector<uint8_t> buf = BuildFitting(Sample(t));
+		buf.insert(buf.end(), tail.begin(), tail.end());
+		zcrpc_frame f{};
+		size_t used = 0;
+		char why[128] = "";
+		EXPECT_EQ(zcrpc__frame_decode_next(buf.data(), buf.size(), &f, &used, why, sizeof(why)),
+			  ZCRPC_INVALID_ARGUMENT)
+			<< "type " << int(t);
+		EXPECT_NE(std::strstr(why, "with another after it"), nullptr) << why;
+	}
+	zcrpc_frame bulk = Sample(ZCRPC_FRAME_MESSAGE);
+	bulk.flags = ZCRPC_FRAME_F_BULK;
+	bulk.bulk_len = 100000;
+	std::vector<uint8_t> buf = BuildFitting(bulk);
+	buf.insert(buf.end(), tail.begin(), tail.end());
+	zcrpc_frame f{};
+	size_t used = 0;
+	EXPECT_EQ(zcrpc__frame_decode_next(buf.data(), buf.size(), &f, &used, nullptr, 0),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_TRUE(zcrpc__frame_batchable(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_MORE));
+	EXPECT_TRUE(zcrpc__frame_batchable(ZCRPC_FRAME_WINDOW, 0));
+}
+
+// A frame whose lengths run past the message, a tail shorter than a
+// header, and a broken second frame are refused, never read past the end.
+TEST(FrameBatch, AFrameRunningPastItsMessageOrABrokenTailIsRefused)
+{
+	std::vector<uint8_t> a = BuildFitting(Sample(ZCRPC_FRAME_MESSAGE), {}, {9, 9, 9, 9});
+	zcrpc_frame f{};
+	size_t used = 0;
+	char why[160] = "";
+	EXPECT_EQ(zcrpc__frame_decode_next(a.data(), a.size() - 1, &f, &used, why, sizeof(why)),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_NE(std::strstr(why, "runs past"), nullptr) << why;
+	std::vector<uint8_t> two = a;
+	two.insert(two.end(), a.begin(), a.begin() + 10); // a torn second frame
+	ASSERT_EQ(zcrpc__frame_decode_next(two.data(), two.size(), &f, &used, why, sizeof(why)),
+		  ZCRPC_OK);
+	EXPECT_EQ(used, a.size());
+	EXPECT_EQ(zcrpc__frame_decode_next(two.data() + used, two.size() - used, &f, &used, why,
+					   sizeof(why)),
+		  ZCRPC_INVALID_ARGUMENT);
+	EXPECT_NE(std::strstr(why, "shorter than its header"), nullptr) << why;
 }
