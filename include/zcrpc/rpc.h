@@ -733,6 +733,17 @@ typedef struct zcrpc_server_stats {
 	 * written in one progress turn (docs/protocol.md §8, Batches), and
 	 * the frames they carried. */
 	uint64_t stream_batches, stream_batched_frames;
+	/** Streams finished (their on_finish ran) with OK, and with any
+	 * other status (the handler's, a cancel from either side, the
+	 * deadline, a rule the client broke, the connection). */
+	uint64_t streams_ok, streams_failed;
+	/** Of those failed, the streams this server ended for what the
+	 * client sent (docs/protocol.md §8): a broken rule (a message past
+	 * the window or after its half-close, a second half-close) or a
+	 * message it would not or could not take (above the reader's limit,
+	 * no memory or bulk budget for its grant, a write that broke the
+	 * grant or never came). */
+	uint64_t streams_refused;
 	/* New counters go here. */
 } zcrpc_server_stats;
 

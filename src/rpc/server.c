@@ -600,6 +600,9 @@ static void add_stats(zcrpc_server_stats *t, const zcrpc_server_stats *a)
 	ADD(stream_bulk_msgs);
 	ADD(stream_batches);
 	ADD(stream_batched_frames);
+	ADD(streams_ok);
+	ADD(streams_failed);
+	ADD(streams_refused);
 #undef ADD
 	/* The pool is per worker: each shard's is its own worker's. */
 	t->pool_pinned += a->pool_pinned;

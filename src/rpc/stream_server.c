@@ -86,6 +86,8 @@ static void end_and_tell(zcrpc_stream *s, zcrpc_status st, const char *msg)
 
 void zcrpc__sstream_refuse(zcrpc_stream *s, zcrpc_status st, const char *msg)
 {
+	if (!s->ended)
+		s->s->st.streams_refused++;
 	end_and_tell(s, st, msg);
 }
 
@@ -103,7 +105,7 @@ void zcrpc__sstream_cancel(zcrpc_stream *s)
  * the client is told why. */
 static void client_broke(zcrpc_stream *s, zcrpc_status st, const char *why)
 {
-	end_and_tell(s, st, why);
+	zcrpc__sstream_refuse(s, st, why);
 }
 
 static zcrpc_stream *find(struct sconn *sc, uint32_t ref)
@@ -145,6 +147,10 @@ void zcrpc__sstream_count_message(zcrpc_stream *s, int outgoing, size_t len)
 void zcrpc__sstream_count_end(zcrpc_stream *s)
 {
 	s->s->st.streams_open--;
+	if (s->end_status == ZCRPC_OK)
+		s->s->st.streams_ok++;
+	else
+		s->s->st.streams_failed++;
 }
 
 static void on_open(struct sconn *sc, const struct zcrpc_frame *f)

@@ -1066,6 +1066,9 @@ TEST_F(Stream, CountersCountEachSidesStreamsMessagesBytesAndEnds)
 	EXPECT_EQ(ss.stream_msgs_sent, 3u);
 	EXPECT_EQ(ss.stream_bytes_sent, cs.stream_bytes_recv);
 	EXPECT_EQ(ss.stream_bulk_msgs, 1u);
+	EXPECT_EQ(ss.streams_ok, 1u);
+	EXPECT_EQ(ss.streams_failed, 1u) << "the cancelled one";
+	EXPECT_EQ(ss.streams_refused, 0u);
 	EXPECT_TRUE(UnaryWorks());
 }
 

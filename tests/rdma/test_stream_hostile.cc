@@ -48,13 +48,23 @@ struct RawPeer {
 		};
 		h.on_recv = [](zcrpc_conn *, const void *d, size_t n, void *a) {
 			auto *p = static_cast<RawPeer *>(a);
-			zcrpc_frame f;
-			char why[128];
-			ASSERT_EQ(zcrpc__frame_decode(d, n, &f, why, sizeof(why)), ZCRPC_OK) << why;
-			p->got.push_back({f.type, f.flags, f.call_id, f.status, f.count,
-					  std::string(reinterpret_cast<const char *>(f.payload),
-						      f.payload_len),
-					  f.bulk_addr, f.bulk_len, f.bulk_rkey, f.bulk_token});
+			// Its hello carries BATCH (every bit of this revision): a
+			// message may hold several stream frames (protocol.md §8).
+			const uint8_t *at = static_cast<const uint8_t *>(d);
+			while (n) {
+				zcrpc_frame f;
+				char why[128];
+				size_t used = 0;
+				ASSERT_EQ(zcrpc__frame_decode_next(at, n, &f, &used, why, sizeof(why)),
+					  ZCRPC_OK)
+					<< why;
+				p->got.push_back({f.type, f.flags, f.call_id, f.status, f.count,
+						  std::string(reinterpret_cast<const char *>(f.payload),
+							      f.payload_len),
+						  f.bulk_addr, f.bulk_len, f.bulk_rkey, f.bulk_token});
+				at += used;
+				n -= used;
+			}
 		};
 		return h;
 	}
@@ -257,6 +267,10 @@ TEST_F(StreamHostile, EachBrokenRuleOfAClientEndsOnlyItsStream)
 	zcrpc_server_stats ss;
 	zcrpc_server_get_stats(srv_, &ss, sizeof(ss));
 	EXPECT_EQ(ss.protocol_errors, 0u) << "no connection was closed for a stream's rule";
+	EXPECT_EQ(ss.streams_refused, 3u) << "the three broken streams, counted";
+	EXPECT_EQ(ss.streams_failed, 3u);
+	EXPECT_EQ(ss.streams_ok, 0u);
+	EXPECT_EQ(ss.streams_open, 1u) << "the healthy one";
 }
 
 TEST_F(StreamHostile, AStreamOpenedTwiceOrAServersFrameFromAClientClosesThatConnectionOnly)
