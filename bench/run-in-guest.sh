@@ -48,7 +48,7 @@ bw_sizes="4096 65536 262144 1048576 4194304 8388608"
 z_bw_sizes="4K,64K,256K,1M,4M,8M,16M,64M"
 if [ "$quick" = --quick ]; then
   lat_n=200 lat_w=20 bw_total=$((8 << 20)) tput_secs=1 cg_calls=50 rs_opts="-S 4096 -C 100"
-  bw_sizes="4096 65536 262144" z_bw_sizes="4K,64K,1M,16M" rounds=${ZCRPC_BENCH_ROUNDS:-1}
+  bw_sizes="4096 65536 262144 1048576" z_bw_sizes="4K,64K,1M,16M" rounds=${ZCRPC_BENCH_ROUNDS:-1}
   rate_n=2000
   # gRPC: one tiny 16-byte latency run only (its calls take milliseconds
   # in the guest and its start seconds; the step must stay within 20 s)
