@@ -327,6 +327,10 @@ typedef struct zcrpc_channel_stats {
 	 * written in one progress turn (docs/protocol.md §8, Batches), and
 	 * the frames they carried. */
 	uint64_t stream_batches, stream_batched_frames;
+	/** Of the messages received, those the server wrote by RDMA WRITE
+	 * into memory this channel granted (above the server's
+	 * bulk_threshold); counted when they landed. */
+	uint64_t stream_bulk_msgs_recv;
 	/* New counters go here. */
 } zcrpc_channel_stats;
 
@@ -744,6 +748,10 @@ typedef struct zcrpc_server_stats {
 	 * no memory or bulk budget for its grant, a write that broke the
 	 * grant or never came). */
 	uint64_t streams_refused;
+	/** Of the messages written, those that went by RDMA WRITE into
+	 * memory the client granted (above bulk_threshold); counted when
+	 * the write completed. */
+	uint64_t stream_bulk_msgs_sent;
 	/* New counters go here. */
 } zcrpc_server_stats;
 

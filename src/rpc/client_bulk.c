@@ -67,9 +67,8 @@ static void park_grant(zcrpc_channel *ch, struct ccall *c)
 				   zcrpc__now_ns() + ZCRPC_GRANT_RETRY_NS);
 }
 
-/* Binds the window over @c's reply target and sends the BULK_GRANT, or
- * parks @c when its connection has no room for either right now. */
-static void bind_and_grant(zcrpc_channel *ch, zcrpc_conn *conn, struct ccall *c)
+void zcrpc__ccall_bind_and_grant(zcrpc_channel *ch, zcrpc_conn *conn,
+				 struct ccall *c)
 {
 	const struct zcrpc_frame *f = &c->reply;
 	zcrpc_remote_region r;
@@ -130,7 +129,7 @@ void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 				     const struct zcrpc_frame *f)
 {
 	if (take_reply_target(ch, conn, c, f) == 0)
-		bind_and_grant(ch, conn, c);
+		zcrpc__ccall_bind_and_grant(ch, conn, c);
 }
 
 /* @c's grant, parked, will not go (the call completed): the server never
@@ -161,7 +160,7 @@ int zcrpc__channel_send_grants(zcrpc_channel *ch, zcrpc_conn *conn)
 		if (!c->reply_grant) { /* waiting for a bind slot */
 			zcrpc__list_remove(&c->qlink);
 			c->grant_parked = 0;
-			bind_and_grant(ch, conn, c);
+			zcrpc__ccall_bind_and_grant(ch, conn, c);
 			if (c->grant_parked)
 				return 1; /* parked again, at the back */
 			continue;
@@ -322,6 +321,15 @@ void zcrpc__ccall_on_revoked(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 		c->write_pending_status = 0;
 		c->state = CS_SENT;
 		zcrpc__ccall_complete(ch, c, c->pending_status, c->pending_msg);
+		return;
+	}
+	if (c->bulk_bad && c->stream_part) {
+		c->state = CS_SENT;
+		zcrpc__ccall_complete(
+			ch, c, ZCRPC_INVALID_ARGUMENT,
+			"a stream message by RDMA WRITE: the server's write "
+			"with immediate carried another byte count than it "
+			"announced");
 		return;
 	}
 	if (c->bulk_bad) {

@@ -3,6 +3,7 @@
  * channel's timer, never inside the call that caused them), replies,
  * deadlines, cancellation. */
 #include "client_internal.h"
+#include "stream_internal.h"
 #include "../core/log.h"
 
 #include <stdio.h>
@@ -31,6 +32,8 @@ static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r);
 
 void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c)
 {
+	int part = c->stream_part; /* a stream's record is no call */
+
 	if (c->state == CS_ZOMBIE) {
 		zcrpc__list_remove(&c->link);
 		if (c->deliver_late) {
@@ -49,10 +52,13 @@ void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c)
 	c->revoking = 0;
 	c->bulk_bad = 0;
 	c->reply_grant = NULL;
+	c->stream_part = 0;
+	c->stream = NULL;
 	release_buffers(ch, c);
 	c->state = CS_FREE;
 	zcrpc__call_table_release(&ch->calls, c);
-	ch->st.in_flight--;
+	if (!part)
+		ch->st.in_flight--;
 }
 
 static void queue_remove(zcrpc_channel *ch, struct ccall *c)
@@ -99,6 +105,11 @@ void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 
 static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r)
 {
+	if (c->stream_part) { /* no caller: its stream hears how it ended */
+		if (c->stream)
+			zcrpc__cstream_part_failed(ch, c, r->status, r->message);
+		return;
+	}
 	if (ch->ics.n) {
 		if (r->status == ZCRPC_OK)
 			zcrpc__cchain_message(&ch->ics, &c->ic, 0,
@@ -125,6 +136,10 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 	zcrpc_reply r;
 	char msgbuf[1025];
 
+	if (c->stream_part) {
+		zcrpc__cstream_part_landed(ch, c, bulk, bulk_len);
+		return;
+	}
 	r = (zcrpc_reply){.size = sizeof(r)}; /* as zcrpc__abi_sized_init */
 	r.status = (zcrpc_status)f->status;
 	r.n_md = zcrpc__md_view(f, md);

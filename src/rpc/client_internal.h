@@ -58,6 +58,11 @@ struct ccall {
 				    * its callback runs when the grant ends */
 	unsigned grant_parked : 1; /* SENT: its BULK_GRANT, built in out,
 				    * waits for room (on ch->grants) */
+	unsigned stream_part : 1; /* the record of a server's stream message
+				   * by RDMA WRITE (stream_bulk.c): no caller,
+				   * not counted as a call; c->reply is the
+				   * MESSAGE [BULK] */
+	struct zcrpc_stream *stream; /* stream_part: NULL once it went */
 	zcrpc_grant *reply_grant; /* the window over the reply target */
 	int64_t zombie_deadline_ns;
 	zcrpc_status pending_status; /* completion waiting for a write */
@@ -188,6 +193,12 @@ void zcrpc__channel_check_zombies(zcrpc_channel *ch, int64_t now,
 void zcrpc__ccall_grant_reply_target(zcrpc_channel *ch, zcrpc_conn *conn,
 				     struct ccall *c,
 				     const struct zcrpc_frame *f);
+/* Binds the window over @c's target (c->dst_buf, or the caller's
+ * reply_into) for the part announced in c->reply and sends the BULK_GRANT
+ * naming the writer's reference (c->reply.bulk_token), or parks @c; fails
+ * @c when neither can be. */
+void zcrpc__ccall_bind_and_grant(zcrpc_channel *ch, zcrpc_conn *conn,
+				 struct ccall *c);
 void zcrpc__ccall_on_grant(zcrpc_channel *ch, zcrpc_conn *conn,
 			   const struct zcrpc_frame *f);
 /* Sends the grants parked on @conn for want of room, in order, while it

@@ -161,9 +161,10 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 			return bad(why, why_len, "bulk address or key outside a grant");
 		if (f->bulk_len && !(f->flags & ZCRPC_FRAME_F_BULK))
 			return bad(why, why_len, "bulk length without the bulk flag");
-		if (f->bulk_token && !(f->type == ZCRPC_FRAME_REPLY &&
+		if (f->bulk_token && !((f->type == ZCRPC_FRAME_REPLY ||
+					f->type == ZCRPC_FRAME_MESSAGE) &&
 				       (f->flags & ZCRPC_FRAME_F_BULK)))
-			return bad(why, why_len, "bulk token outside a grant or bulk reply");
+			return bad(why, why_len, "bulk token outside a grant, a bulk reply or a bulk stream message");
 	}
 	/* Streams (§8): the flag on its four types, bulk parts only on a
 	 * MESSAGE, metadata only where a stream carries it, empty control

@@ -603,6 +603,7 @@ static void add_stats(zcrpc_server_stats *t, const zcrpc_server_stats *a)
 	ADD(streams_ok);
 	ADD(streams_failed);
 	ADD(streams_refused);
+	ADD(stream_bulk_msgs_sent);
 #undef ADD
 	/* The pool is per worker: each shard's is its own worker's. */
 	t->pool_pinned += a->pool_pinned;

@@ -189,6 +189,14 @@ void zcrpc__server_on_buffer(void *arg, uint32_t ref, struct zcrpc__bulkbuf *b)
 	zcrpc_server *s = arg;
 	zcrpc_server_call *c = zcrpc__scall_lookup(s, ref);
 
+	if (c && c->state == SS_REPLY_BUF && c->stream_part &&
+	    (!c->stream || !c->sc)) {
+		/* a stream message whose stream went meanwhile: not sent */
+		if (b)
+			zcrpc__bulk_put(&s->bulk, b);
+		zcrpc__scall_free(s, c);
+		return;
+	}
 	if (c && c->state == SS_REPLY_BUF && c->sc) {
 		reply_buffer_ready(s, c, b);
 		return;
@@ -334,6 +342,11 @@ void zcrpc__sconn_on_write_done(zcrpc_conn *conn, void *uctx, zcrpc_status st,
 	(void)conn;
 	if (!c || c->state != SS_REPLY_WRITE)
 		return;
+	if (c->stream_part == ZCRPC__PART_OUT) {
+		zcrpc__sstream_part_written(sc->s, c, st);
+		zcrpc__scall_free(sc->s, c);
+		return;
+	}
 	if (c->on_done) {
 		void (*fn)(void *, zcrpc_status) = c->on_done;
 

@@ -31,6 +31,9 @@ void zcrpc__scall_free(zcrpc_server *s, zcrpc_server_call *c)
 {
 	if (c->stream && c->stream->att_ref == zcrpc__scall_ref(s, c))
 		c->stream->att_ref = 0; /* its stream waits for it no more */
+	if (c->stream && c->stream_part == ZCRPC__PART_OUT)
+		/* no write came (no grant in time, the connection gone) */
+		zcrpc__sstream_part_written(s, c, ZCRPC_UNAVAILABLE);
 	zcrpc__scall_budget_release(c);
 	zcrpc__list_remove(&c->link); /* a no-op once its connection went */
 	zcrpc__list_remove(&c->qlink); /* the callers took it off the run

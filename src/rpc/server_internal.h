@@ -45,6 +45,9 @@ enum sstate {
 
 struct sconn;
 
+#define ZCRPC__PART_IN	1
+#define ZCRPC__PART_OUT 2
+
 struct method {
 	uint32_t id;
 	char *name;
@@ -58,8 +61,10 @@ struct zcrpc_server_call {
 	atomic_uchar cancelled; /* any thread reads it (call_cancelled) */
 	uint8_t bulk_bad; /* its part's write carried the wrong byte count */
 	uint8_t stream_part; /* the record of a stream message by RDMA WRITE
-			      * (stream_bulk.c): no handler; delivered to
-			      * @stream when it landed */
+			      * (stream_bulk.c), no handler: the client's
+			      * (ZCRPC__PART_IN), delivered to @stream when
+			      * it landed, or the server's (ZCRPC__PART_OUT),
+			      * a reply part whose write @stream waits for */
 	struct zcrpc_stream *stream; /* NULL once the stream went */
 	zcrpc_server *s;
 	struct sconn *sc; /* NULL once the connection is gone */

@@ -178,6 +178,15 @@ static void take(zcrpc_stream *s, const void *data, size_t len, int more)
 	}
 }
 
+/* A message announced by RDMA WRITE is @s's next: its side grants it. */
+static void start_part(zcrpc_stream *s, uint64_t len, uint32_t token)
+{
+	if (s->client)
+		zcrpc__cstream_start_part(s, len, token);
+	else
+		zcrpc__sstream_start_part(s, len);
+}
+
 int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 {
 	int more = (f->flags & ZCRPC_FRAME_F_MORE) != 0;
@@ -192,7 +201,7 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 		return 0; /* it is going: nobody reads any more */
 	if (!s->paused && !s->held_head && !s->att_ref) {
 		if (bulk)
-			zcrpc__sstream_start_part(s, f->bulk_len);
+			start_part(s, f->bulk_len, f->bulk_token);
 		else
 			take(s, f->payload, f->payload_len, more);
 		give_window(s, 0);
@@ -210,6 +219,7 @@ int zcrpc__stream_on_message(zcrpc_stream *s, const struct zcrpc_frame *f)
 	m->len = f->payload_len;
 	m->more = more;
 	m->bulk_len = bulk ? f->bulk_len : 0;
+	m->bulk_token = f->bulk_token;
 	memcpy(m->data, f->payload, f->payload_len);
 	if (s->held_tail)
 		s->held_tail->next = m;
@@ -254,7 +264,7 @@ static void deliver_held(zcrpc_stream *s)
 			s->held_tail = NULL;
 		s->nheld--;
 		if (m->bulk_len) /* its grant goes now; the rest waits */
-			zcrpc__sstream_start_part(s, m->bulk_len);
+			start_part(s, m->bulk_len, m->bulk_token);
 		else
 			take(s, m->data, m->len, m->more);
 		free(m);
@@ -272,14 +282,16 @@ void zcrpc__stream_take_landed(zcrpc_stream *s, const void *data, size_t len)
 {
 	struct smsg *m;
 
-	if (s->ended)
+	if (s->ended && !s->graceful)
 		return;
-	if (!s->paused) {
+	if (!s->paused && !s->ended) {
 		take(s, data, len, 0);
 		deliver_held(s); /* what came behind it; then the window */
 		return;
 	}
-	/* Paused meanwhile: held first, before what arrived behind it. */
+	/* Paused meanwhile, or the peer's final status came behind it (its
+	 * on_finish waited for this): held first, before what arrived
+	 * behind it. */
 	m = malloc(sizeof(*m) + len);
 	if (!m) {
 		zcrpc__stream_end(s, ZCRPC_RESOURCE_EXHAUSTED,
@@ -289,12 +301,15 @@ void zcrpc__stream_take_landed(zcrpc_stream *s, const void *data, size_t len)
 	m->len = len;
 	m->more = 0;
 	m->bulk_len = 0;
+	m->bulk_token = 0;
 	memcpy(m->data, data, len);
 	m->next = s->held_head;
 	s->held_head = m;
 	if (!s->held_tail)
 		s->held_tail = m;
 	s->nheld++;
+	if (s->ended) /* zcrpc__stream_run_finish hands it over */
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
 }
 
 void zcrpc__stream_free_held(zcrpc_stream *s)
@@ -328,6 +343,9 @@ void zcrpc__stream_run_finish(zcrpc_stream *s)
 
 	struct smsg *m;
 
+	if (s->graceful && s->att_ref)
+		return; /* a message before the final status still lands: its
+			 * record brings us back (stream_bulk.c) */
 	while (s->graceful && (m = s->held_head)) {
 		if (s->paused)
 			return; /* zcrpc_stream_resume() comes back here */
@@ -487,9 +505,13 @@ static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
 		s->wanted_write = 1;
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
-	if (zcrpc__cstream_attaches(s, len))
-		return retry_later(s, zcrpc__cstream_write_attached(s, len, fill,
-								    ctx, data));
+	if (s->client ? zcrpc__cstream_attaches(s, len)
+		      : zcrpc__sstream_attaches(s, len))
+		return retry_later(
+			s, s->client ? zcrpc__cstream_write_attached(s, len, fill,
+								     ctx, data)
+				     : zcrpc__sstream_write_attached(s, len, fill,
+								     ctx, data));
 	if (len > piece_max(s)) {
 		/* In pieces, as the window lets them go; the next write waits
 		 * until the last went. */

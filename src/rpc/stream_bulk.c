@@ -206,7 +206,7 @@ void zcrpc__sstream_start_part(zcrpc_stream *st, uint64_t len)
 	c->sc = sc;
 	c->m = NULL;
 	c->client_ref = st->ref;
-	c->stream_part = 1;
+	c->stream_part = ZCRPC__PART_IN;
 	c->stream = st;
 	memset(&c->f, 0, sizeof(c->f));
 	c->f.type = ZCRPC_FRAME_MESSAGE;
@@ -238,6 +238,15 @@ void zcrpc__sstream_part_release(zcrpc_stream *st, int cancel)
 {
 	zcrpc_server_call *c;
 
+	if (st->att_out_ref) {
+		/* The writer's record runs its course without the stream: its
+		 * buffer goes back when the write completed or its time for a
+		 * grant ran out. */
+		c = zcrpc__scall_lookup(st->s, st->att_out_ref);
+		st->att_out_ref = 0;
+		if (c && c->stream == st)
+			c->stream = NULL;
+	}
 	if (!st->att_ref)
 		return;
 	c = zcrpc__scall_lookup(st->s, st->att_ref);
@@ -251,4 +260,222 @@ void zcrpc__sstream_part_release(zcrpc_stream *st, int cancel)
 		/* no grant went: nobody can write into it */
 		zcrpc__scall_free(st->s, c);
 	/* Granted: freed when the write lands or its time limit ends it. */
+}
+
+/* ---- the writer (server) ------------------------------------------------ */
+/* A server's large message goes as a reply part does (server_reply.c,
+ * server_bulk.c): a call record holds the registered copy (its buffer from
+ * the server's cache, or registered off-thread while the bytes wait on the
+ * heap), the MESSAGE [BULK] names the record in its bulk token, the
+ * client's BULK_GRANT for that record starts the WRITE, and the record is
+ * freed when the write completed; a client that grants nothing within the
+ * write time limit ends the stream. */
+
+int zcrpc__sstream_attaches(const zcrpc_stream *st, size_t len)
+{
+	return !st->client && st->sc && len > st->s->o.bulk_threshold &&
+	       zcrpc__conn_has_server_stream_bulk(st->sc->conn);
+}
+
+zcrpc_status zcrpc__sstream_write_attached(zcrpc_stream *st, size_t len,
+					   zcrpc_fill_fn fill, void *ctx,
+					   const void *data)
+{
+	zcrpc_server *s = st->s;
+	struct sconn *sc = st->sc;
+	zcrpc_server_call *c;
+	struct zcrpc__out out;
+	struct zcrpc_frame f;
+	zcrpc_status rc;
+	uint32_t ref;
+	void *dst;
+
+	c = zcrpc__call_table_take(&s->calls);
+	if (!c)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	zcrpc__list_init(&c->link);
+	zcrpc__list_init(&c->qlink);
+	c->s = s;
+	c->sc = sc;
+	c->m = NULL;
+	c->client_ref = st->ref;
+	c->stream_part = ZCRPC__PART_OUT;
+	c->stream = NULL; /* set once it is the stream's */
+	c->n_md = 0;
+	c->state = SS_RUNNING;
+	ref = zcrpc__scall_ref(s, c);
+	rc = zcrpc__bulk_get_async(&s->bulk, len, ref, &c->reply_buf);
+	if (rc == ZCRPC_UNAVAILABLE) {
+		c->reply_heap = malloc(len);
+		dst = c->reply_heap;
+		rc = dst ? ZCRPC_OK : ZCRPC_RESOURCE_EXHAUSTED;
+	} else {
+		dst = rc == ZCRPC_OK ? c->reply_buf->ptr : NULL;
+	}
+	memset(&f, 0, sizeof(f));
+	f.type = ZCRPC_FRAME_MESSAGE;
+	f.flags = ZCRPC_FRAME_F_BULK;
+	f.call_id = st->ref;
+	f.bulk_len = len;
+	f.bulk_token = ref;
+	if (rc == ZCRPC_OK)
+		rc = zcrpc__out_build(s->w, &f, NULL, 0, 0, NULL, NULL, NULL,
+				      &out);
+	if (rc != ZCRPC_OK) {
+		zcrpc__scall_free(s, c); /* the buffer goes back */
+		return rc;
+	}
+	if (fill)
+		fill(dst, len, ctx);
+	else
+		memcpy(dst, data, len);
+	s->st.copied_bytes += len;
+	c->reply_src.len = len;
+	c->stream = st;
+	zcrpc__list_push_front(&sc->calls, &c->link);
+	st->att_out_ref = ref;
+	st->send_window--;
+	st->sent_any = 1;
+	zcrpc__stream_ic_message(st, 1, len);
+	if (c->reply_heap) {
+		/* zcrpc__server_on_buffer sends it (nothing of the stream
+		 * goes before: it is busy until the write completed) */
+		c->reply_out = out;
+		c->state = SS_REPLY_BUF;
+		s->st.bulk_waits++;
+		zcrpc__timer_start(s->w, &s->timer,
+				   zcrpc__now_ns() + ZCRPC_RETRY_NS);
+		return ZCRPC_OK;
+	}
+	zcrpc__sstream_send(st, &out);
+	c->state = SS_REPLY_GRANT;
+	c->bulk_deadline_ns = zcrpc__now_ns() + s->write_timeout_ns;
+	zcrpc__server_watch_bulk_deadline(s, c->bulk_deadline_ns);
+	return ZCRPC_OK;
+}
+
+void zcrpc__sstream_part_written(zcrpc_server *s, zcrpc_server_call *c,
+				 zcrpc_status st)
+{
+	zcrpc_stream *str = c->stream;
+
+	c->stream = NULL;
+	if (!str)
+		return;
+	str->att_out_ref = 0;
+	if (str->ended)
+		return;
+	if (st != ZCRPC_OK) {
+		if (c->sc && c->state == SS_REPLY_GRANT)
+			zcrpc__sstream_refuse(
+				str, ZCRPC_RESOURCE_EXHAUSTED,
+				"the client granted no memory for a stream "
+				"message within the server's time limit");
+		else
+			zcrpc__stream_end(str, ZCRPC_UNAVAILABLE,
+					  "writing a stream message failed");
+		return;
+	}
+	s->st.stream_bulk_msgs_sent++;
+	zcrpc__stream_pump(str); /* the final status that waited */
+	zcrpc__stream_writable_again(str);
+}
+
+/* ---- the reader (client) ------------------------------------------------ */
+/* The server's large message is taken as a reply part is (client_bulk.c):
+ * a call record of the channel (no caller, no callback, not counted as a
+ * call) takes a buffer from the channel's cache, grants it to the server's
+ * record named by the message, and, once the write landed and the window is
+ * revoked, hands the message to the stream in place. */
+
+void zcrpc__cstream_start_part(zcrpc_stream *s, uint64_t len, uint32_t token)
+{
+	zcrpc_channel *ch = s->ch;
+	struct ccall *c;
+
+	if (s->ended || !s->conn)
+		return;
+	if (len > s->max_message) {
+		zcrpc__cstream_refuse(s, ZCRPC_RESOURCE_EXHAUSTED,
+				      "a stream message above the reader's limit");
+		return;
+	}
+	c = zcrpc__call_table_take(&ch->calls);
+	if (!c) {
+		zcrpc__cstream_refuse(s, ZCRPC_RESOURCE_EXHAUSTED,
+				      "too many calls at the client to take "
+				      "a stream message by RDMA WRITE");
+		return;
+	}
+	memset(c, 0, sizeof(*c));
+	zcrpc__list_init(&c->link);
+	zcrpc__list_init(&c->qlink);
+	c->ch = ch;
+	c->conn = s->conn;
+	c->stream_part = 1;
+	c->stream = s;
+	c->reply.type = ZCRPC_FRAME_MESSAGE;
+	c->reply.flags = ZCRPC_FRAME_F_BULK;
+	c->reply.call_id = s->ref;
+	c->reply.bulk_len = len;
+	c->reply.bulk_token = token; /* the server's record */
+	if (zcrpc__bulk_get(&ch->bulk, (size_t)len, &c->dst_buf) != ZCRPC_OK) {
+		c->state = CS_DONE;
+		zcrpc__ccall_free(ch, c);
+		zcrpc__cstream_refuse(s, ZCRPC_RESOURCE_EXHAUSTED,
+				      "no memory for a stream message");
+		return;
+	}
+	zcrpc__bulk_scrub_for(s->conn, c->dst_buf->ptr, (size_t)len);
+	c->state = CS_SENT;
+	zcrpc__list_push_front(&ch->active, &c->link);
+	s->att_ref = zcrpc__ccall_ref(ch, c);
+	zcrpc__ccall_bind_and_grant(ch, s->conn, c); /* may fail it */
+}
+
+void zcrpc__cstream_part_landed(zcrpc_channel *ch, struct ccall *c,
+				const void *data, size_t len)
+{
+	zcrpc_stream *s = c->stream;
+
+	c->stream = NULL;
+	zcrpc__list_remove(&c->link);
+	c->state = CS_DONE;
+	if (s) {
+		s->att_ref = 0; /* (the next may be granted from in here) */
+		ch->st.stream_bulk_msgs_recv++;
+		zcrpc__stream_take_landed(s, data, len);
+	}
+	zcrpc__ccall_free(ch, c); /* the buffer goes back to the cache */
+}
+
+void zcrpc__cstream_part_failed(zcrpc_channel *ch, struct ccall *c,
+				zcrpc_status st, const char *msg)
+{
+	zcrpc_stream *s = c->stream;
+
+	(void)ch;
+	c->stream = NULL;
+	if (!s)
+		return;
+	s->att_ref = 0;
+	if (s->ended) /* its on_finish waited for this message */
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
+	else
+		zcrpc__cstream_refuse(s, st, msg);
+}
+
+void zcrpc__cstream_part_release(zcrpc_stream *s)
+{
+	zcrpc_channel *ch = s->ch;
+	struct ccall *c;
+
+	if (!s->att_ref)
+		return;
+	c = zcrpc__ccall_lookup(ch, s->att_ref);
+	s->att_ref = 0;
+	if (!c || c->stream != s)
+		return;
+	c->stream = NULL;
+	zcrpc__ccall_complete(ch, c, ZCRPC_CANCELLED, "its stream ended");
 }

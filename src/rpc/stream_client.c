@@ -41,6 +41,7 @@ void zcrpc__cstream_free(zcrpc_stream *s)
 	zcrpc__timer_stop(s->w, &s->timer);
 	drop_queue(s);
 	zcrpc__cstream_drop_attachment(s);
+	zcrpc__cstream_part_release(s);
 	zcrpc__stream_free_held(s);
 	if (s->has_end_frame)
 		zcrpc_msg_free(s->w, &s->end_frame);
@@ -416,10 +417,12 @@ void zcrpc__cstreams_on_frame(zcrpc_channel *ch, zcrpc_conn *conn,
 		zcrpc__cstream_on_grant(s, conn, f);
 		break;
 	case ZCRPC_FRAME_MESSAGE:
-		if (f->flags & ZCRPC_FRAME_F_BULK) {
+		if ((f->flags & ZCRPC_FRAME_F_BULK) &&
+		    !zcrpc__conn_has_server_stream_bulk(conn)) {
 			zcrpc__channel_protocol_error(
 				ch, conn, "a stream message by RDMA WRITE from "
-					  "the server");
+					  "the server on a connection without "
+					  "them");
 			return;
 		}
 		s->got_message = 1;

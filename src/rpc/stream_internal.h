@@ -22,8 +22,9 @@ struct smsg {
 	struct smsg *next;
 	size_t len;
 	int more;
-	uint64_t bulk_len; /* server: a message announced by RDMA WRITE
-			    * (its grant waits), no data */
+	uint64_t bulk_len; /* a message announced by RDMA WRITE (its grant
+			    * waits), no data */
+	uint32_t bulk_token; /* ... the server's reference for it (client) */
 	unsigned char data[];
 };
 
@@ -71,8 +72,11 @@ struct zcrpc_stream {
 	size_t att_len;
 	unsigned att_writing : 1;	/* its WRITE is posted */
 	unsigned cancel_after_write : 1; /* the CANCEL goes once it completed */
-	uint32_t att_ref; /* reader (server): the call record holding the
-			   * message's grant; 0 = none */
+	uint32_t att_ref; /* reader: the call record holding the message's
+			   * grant (the server's or, for the server's
+			   * messages, the channel's); 0 = none */
+	uint32_t att_out_ref; /* writer (server): the call record sending a
+			       * message by RDMA WRITE; 0 = none */
 	zcrpc_status end_after_big;
 	char *end_msg_after_big;
 	/* how it ended */
@@ -147,7 +151,7 @@ void zcrpc__stream_writable_again(zcrpc_stream *s);
  * attachment waiting for its grant or its write). */
 static inline int zcrpc__stream_busy(const zcrpc_stream *s)
 {
-	return s->out_big != NULL || s->att_out != NULL;
+	return s->out_big != NULL || s->att_out != NULL || s->att_out_ref;
 }
 
 /* ---- stream_bulk.c: a client's large messages by RDMA WRITE ---- */
@@ -178,6 +182,36 @@ void zcrpc__cstreams_free_orphans(zcrpc_channel *ch);
 /* Server: a MESSAGE [BULK] of @len bytes is @s's next message: take
  * memory and grant it (the call record machinery of request parts). */
 void zcrpc__sstream_start_part(zcrpc_stream *s, uint64_t len);
+/* Client: the same for the server's MESSAGE [BULK] of @len bytes, whose
+ * writer is the server's record @token (the grant machinery of reply
+ * parts, client_bulk.c). */
+void zcrpc__cstream_start_part(zcrpc_stream *s, uint64_t len, uint32_t token);
+/* Client: @s is being freed: its part's record forgets it, and ends (its
+ * grant, if out, waits for the write as a finished call's would). */
+void zcrpc__cstream_part_release(zcrpc_stream *s);
+struct ccall;
+/* Client: the record @c of a stream message landed (@data, @len), or
+ * ended with @st (the message never handed over). */
+void zcrpc__cstream_part_landed(zcrpc_channel *ch, struct ccall *c,
+				const void *data, size_t len);
+void zcrpc__cstream_part_failed(zcrpc_channel *ch, struct ccall *c,
+				zcrpc_status st, const char *msg);
+/* Server: nonzero when @s sends a @len-byte message by RDMA WRITE into
+ * memory the client grants: its connection takes them and @len is above
+ * the server's bulk threshold. */
+int zcrpc__sstream_attaches(const zcrpc_stream *s, size_t len);
+/* Server: copies the message into a registered buffer (the reply-part
+ * machinery: a call record, the buffer maybe registered off-thread) and
+ * announces it with MESSAGE [BULK] naming the record; written once the
+ * client's grant arrives. */
+zcrpc_status zcrpc__sstream_write_attached(zcrpc_stream *s, size_t len,
+					   zcrpc_fill_fn fill, void *ctx,
+					   const void *data);
+struct zcrpc_server_call;
+/* Server: the writer record @c's WRITE completed with @st, or @c goes
+ * without one (@st not OK: no grant in time, the connection gone). */
+void zcrpc__sstream_part_written(zcrpc_server *s, struct zcrpc_server_call *c,
+				 zcrpc_status st);
 /* Server: @s is being freed or cancelled: its part's record forgets it
  * (@cancel: the client said it will not write, so revoke now). */
 void zcrpc__sstream_part_release(zcrpc_stream *s, int cancel);

@@ -341,8 +341,9 @@ zcrpc_status zcrpc_stream_finish(zcrpc_stream *s, zcrpc_status status,
 				      &out);
 		if (st != ZCRPC_OK)
 			return st; /* RESOURCE_EXHAUSTED: no slot; INVALID_ARGUMENT: too big */
-		if (s->out_big) {
-			/* after the pieces of the message being written */
+		if (zcrpc__stream_busy(s)) {
+			/* after the pieces of the message being written, or
+			 * its RDMA WRITE */
 			s->s->st.replies++;
 			zcrpc__stream_end_after_pieces(
 				s, &out, status, status == ZCRPC_OK ? "" : message);

@@ -87,10 +87,15 @@ extern "C" {
 #define ZCRPC_FEAT_BATCH                                                       \
 	0x400U /* the sender's RPC layer takes several stream frames in one   \
 		  DATA message (docs/protocol.md §8, Batches) */
+#define ZCRPC_FEAT_SERVER_STREAM_BULK                                          \
+	0x800U /* the sender's RPC layer moves a server's large stream        \
+		  messages by RDMA WRITE into memory the client grants        \
+		  (MESSAGE with BULK from the server: docs/protocol.md §8) */
 #define ZCRPC_FEAT_ALL                                                         \
 	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
 	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN | ZCRPC_FEAT_STREAMS |         \
-	 ZCRPC_FEAT_STREAM_BULK | ZCRPC_FEAT_BATCH) /* set in every hello */
+	 ZCRPC_FEAT_STREAM_BULK | ZCRPC_FEAT_BATCH |                           \
+	 ZCRPC_FEAT_SERVER_STREAM_BULK) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

@@ -38,6 +38,9 @@ _Static_assert(ZCRPC_SEAM_FEAT_STREAM_BULK == ZCRPC_FEAT_STREAM_BULK,
 	       "the seam's stream-bulk bit is the hello's");
 _Static_assert(ZCRPC_SEAM_FEAT_BATCH == ZCRPC_FEAT_BATCH,
 	       "the seam's BATCH bit is the hello's");
+_Static_assert(ZCRPC_SEAM_FEAT_SERVER_STREAM_BULK ==
+		       ZCRPC_FEAT_SERVER_STREAM_BULK,
+	       "the seam's server-stream-bulk bit is the hello's");
 
 static void rdma_abort(zcrpc_conn *c, zcrpc_status st, const char *why)
 {

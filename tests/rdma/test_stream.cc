@@ -781,11 +781,16 @@ TEST_F(Stream, MessagesLargerThanAFrameGoInPiecesBothWays)
 	svc_.on_half = [&](Seen &x) {
 		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
 	};
-	// Pieces both ways: the client's large messages would go by RDMA WRITE
-	// above its bulk threshold (StreamBulk.*), so this one has none.
+	// Pieces both ways: large messages would go by RDMA WRITE above each
+	// side's bulk threshold (the tests below), so this one has none.
 	zcrpc_channel_opts co;
 	zcrpc_channel_opts_init(&co);
 	co.bulk_threshold = SIZE_MAX;
+	zcrpc_server_destroy(srv_);
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.bulk_threshold = SIZE_MAX;
+	ASSERT_EQ(zcrpc_server_create(w_, &so, &srv_), ZCRPC_OK);
 	Listen(&co);
 
 	// Ping-pong with gRPC's interop sizes, answers of 31415, 9, 2653, 58979.
@@ -997,6 +1002,183 @@ TEST_F(Stream, AStreamEndedWhileItsLargeMessageIsGrantedLeavesNothingBehind)
 	ASSERT_TRUE(Until([&] { return c.finished; }, 60000));
 	EXPECT_EQ(c.status, ZCRPC_OK) << c.message;
 	EXPECT_EQ(got, std::vector<size_t>{big.size()});
+}
+
+// ---- a server's large messages by RDMA WRITE (stream_bulk.c) -------------
+
+namespace {
+
+// The server's side of the two tests below: at "go" it writes messages of
+// the sizes in @want (each the pattern of its size), continuing from
+// on_writable while a large one is out, and finishes right after the last
+// write (the status goes after that message's write). "big:N" writes one
+// message of N bytes and finishes.
+void ServeSizes(Service &svc, const std::vector<size_t> &want, size_t &next)
+{
+	auto write_more = [&want, &next](Seen &x) {
+		while (next < want.size()) {
+			std::string m = Pattern(want[next], 's');
+			zcrpc_status st = zcrpc_stream_write(x.s, m.data(), m.size());
+			if (st == ZCRPC_RESOURCE_EXHAUSTED)
+				return; // a message is going out: on_writable follows
+			ASSERT_EQ(st, ZCRPC_OK) << zcrpc_status_str(st);
+			next++;
+		}
+		zcrpc_md t = {"n", 1, "all", 3};
+		EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, &t, 1), ZCRPC_OK);
+		x.on_writable = nullptr;
+	};
+	svc.on_msg = [write_more](Seen &x, const std::string &m) {
+		if (m.rfind("big:", 0) == 0) {
+			std::string b = Pattern(std::stoul(m.substr(4)), 's');
+			EXPECT_EQ(zcrpc_stream_write(x.s, b.data(), b.size()), ZCRPC_OK);
+			EXPECT_EQ(zcrpc_stream_finish(x.s, ZCRPC_OK, nullptr, nullptr, 0), ZCRPC_OK);
+			return;
+		}
+		x.on_writable = write_more;
+		write_more(x);
+	};
+}
+
+} // namespace
+
+TEST_F(Stream, ServerMessagesAboveTheBulkThresholdGoByRdmaWriteInOrder)
+{
+	// Small and large messages in a row, the large ones (above the
+	// server's bulk threshold, 16384) written by the server into memory
+	// the client grants; the client pauses after the first large one, so
+	// what follows (announcements included) waits at the client, in
+	// order; the final status, sent right after the last large write,
+	// comes after that message.
+	const std::vector<size_t> want = {100,   size_t(1) << 20, 5,    20000, 3000000,
+					  16385, 7,		  40000};
+	size_t next = 0;
+	ServeSizes(svc_, want, next);
+	Listen();
+	ASSERT_TRUE(UnaryWorks()); // the connection is up
+
+	Seen dn;
+	zcrpc_stream *d = Start(dn);
+	bool paused_once = false;
+	dn.on_msg = [&](Seen &x, const std::string &m) {
+		if (m.size() > 16384 && !paused_once) {
+			paused_once = true;
+			zcrpc_stream_pause(x.s);
+		}
+	};
+	ASSERT_EQ(zcrpc_stream_write(d, "go", 2), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return paused_once; }, 60000));
+	ASSERT_FALSE(Until([&] { return dn.finished; }, 500)) << "paused: the rest waits";
+	zcrpc_stream_resume(d);
+	ASSERT_TRUE(Until([&] { return dn.finished; }, 90000));
+	EXPECT_EQ(dn.status, ZCRPC_OK) << dn.message;
+	ASSERT_EQ(dn.msgs.size(), want.size()) << "every message before the final status";
+	for (size_t i = 0; i < want.size(); i++)
+		EXPECT_TRUE(dn.msgs[i] == Pattern(want[i], 's'))
+			<< "message " << i << " (" << want[i] << " bytes) arrived changed or out of order";
+	EXPECT_EQ(dn.trailers, (Md{{"n", "all"}}));
+
+	zcrpc_server_stats ss = ServerStats(srv_);
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(ss.stream_bulk_msgs_sent, 5u) << "the five above 16384 bytes by RDMA WRITE";
+	EXPECT_EQ(cs.stream_bulk_msgs_recv, 5u);
+	EXPECT_EQ(ss.stream_bulk_msgs, 0u) << "the client wrote none";
+	EXPECT_EQ(cs.stream_msgs_recv, want.size());
+	EXPECT_EQ(cs.in_flight, 0u) << "a stream message's record is no call";
+	EXPECT_EQ(cs.calls_started, cs.calls_ok) << "nor counted as one";
+	EXPECT_EQ(ss.protocol_errors, 0u);
+	EXPECT_EQ(cs.protocol_errors, 0u);
+	ASSERT_TRUE(Until([&] { return ServerStats(srv_).bulk_in_use == 0; }))
+		<< "the server's copies went back";
+
+	// A reader's limit (100 KiB): a 200 KiB announcement is refused
+	// before anything is granted; the server's stream ends CANCELLED.
+	Seen lim;
+	zcrpc_stream_opts o;
+	zcrpc_stream_opts_init(&o);
+	o.max_message = 100 * 1024;
+	zcrpc_stream *l = Start(lim, &o);
+	ASSERT_EQ(zcrpc_stream_write(l, "big:204800", 10), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return lim.finished; }, 60000));
+	EXPECT_EQ(lim.status, ZCRPC_RESOURCE_EXHAUSTED) << lim.message;
+	EXPECT_EQ(lim.message, "a stream message above the reader's limit");
+	EXPECT_TRUE(lim.msgs.empty());
+	ASSERT_TRUE(Until([&] { return ServerStats(srv_).bulk_in_use == 0; }, 30000))
+		<< "the refused message's copy went back (its grant never came)";
+	EXPECT_TRUE(UnaryWorks()) << "the connection stayed";
+}
+
+TEST_F(Stream, AClientThatLeavesWhileTheServersLargeMessageIsOutLeavesNothingBehind)
+{
+	// The client cancels a stream as soon as a small message arrives that
+	// the server wrote just before a 2 MiB one: the announcement finds the
+	// stream ended (no grant) or its grant is out; either way the server's
+	// copy goes back (written, or its time for a grant ran out) and the
+	// connection stays.
+	zcrpc_server_destroy(srv_);
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.bulk_write_timeout_ms = 300; // a grant that never comes ends soon
+	ASSERT_EQ(zcrpc_server_create(w_, &so, &srv_), ZCRPC_OK);
+	svc_.on_msg = [&](Seen &x, const std::string &) {
+		std::string big = Pattern(2 << 20, 'x');
+		EXPECT_EQ(zcrpc_stream_write(x.s, "a", 1), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_stream_write(x.s, big.data(), big.size()), ZCRPC_OK);
+	};
+	Listen();
+	ASSERT_TRUE(UnaryWorks());
+	for (int round = 0; round < 3; round++) {
+		SCOPED_TRACE("round " + std::to_string(round));
+		Seen c;
+		zcrpc_stream *s = Start(c);
+		c.on_msg = [&](Seen &x, const std::string &) {
+			if (round < 2)
+				EXPECT_EQ(zcrpc_stream_cancel(x.s), ZCRPC_OK); // at "a"
+			else if (x.msgs.size() == 2)
+				EXPECT_EQ(zcrpc_stream_cancel(x.s), ZCRPC_OK); // after the big one
+		};
+		ASSERT_EQ(zcrpc_stream_write(s, "go", 2), ZCRPC_OK);
+		ASSERT_TRUE(Until([&] { return c.finished; }, 60000));
+		EXPECT_EQ(c.status, ZCRPC_CANCELLED);
+		EXPECT_LE(c.msgs.size(), round < 2 ? 1u : 2u);
+	}
+	ASSERT_TRUE(Until([&] {
+		return svc_.streams.size() == 3 && svc_.streams[2]->finished;
+	}, 30000));
+	ASSERT_TRUE(Until([&] { return ServerStats(srv_).bulk_in_use == 0; }, 30000))
+		<< "every copy went back";
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(cs.protocol_errors, 0u);
+	EXPECT_EQ(ServerStats(srv_).protocol_errors, 0u);
+	EXPECT_EQ(cs.in_flight, 0u);
+	EXPECT_TRUE(UnaryWorks()) << "the connection stayed";
+}
+
+TEST_F(Stream, WithoutServerStreamBulkInTheHellosTheServersLargeMessagesGoInPieces)
+{
+	// An older peer (its hello without SERVER_STREAM_BULK, 0x800): the
+	// same large messages arrive whole, in pieces, none by RDMA WRITE.
+	zcrpc__worker_test_clear_features(w_, ZCRPC_FEAT_SERVER_STREAM_BULK);
+	const std::vector<size_t> want = {size_t(1) << 20, 9, 40000};
+	size_t next = 0;
+	ServeSizes(svc_, want, next);
+	Listen();
+	ASSERT_TRUE(UnaryWorks());
+	Seen dn;
+	zcrpc_stream *d = Start(dn);
+	ASSERT_EQ(zcrpc_stream_write(d, "go", 2), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return dn.finished; }, 90000));
+	EXPECT_EQ(dn.status, ZCRPC_OK) << dn.message;
+	ASSERT_EQ(dn.msgs.size(), want.size());
+	for (size_t i = 0; i < want.size(); i++)
+		EXPECT_TRUE(dn.msgs[i] == Pattern(want[i], 's')) << "message " << i;
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(ServerStats(srv_).stream_bulk_msgs_sent, 0u);
+	EXPECT_EQ(cs.stream_bulk_msgs_recv, 0u);
+	EXPECT_TRUE(UnaryWorks());
 }
 
 TEST_F(Stream, CountersCountEachSidesStreamsMessagesBytesAndEnds)

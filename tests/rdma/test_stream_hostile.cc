@@ -11,6 +11,8 @@
 
 #include "rdma_env.h"
 #include "rpc/frame.h"
+#include "transport/hello.h"
+#include "transport/test_hooks.h"
 #include "zcrpc/rpc.h"
 #include "zcrpc/stream.h"
 
@@ -70,7 +72,8 @@ struct RawPeer {
 	}
 	// Sends a frame with an inline payload and no metadata.
 	zcrpc_status Send(uint8_t type, uint16_t flags, uint32_t ref, const std::string &payload = "",
-			  uint32_t method = 0, uint32_t window = 0, uint64_t bulk_len = 0)
+			  uint32_t method = 0, uint32_t window = 0, uint64_t bulk_len = 0,
+			  uint32_t bulk_token = 0)
 	{
 		zcrpc_frame f{};
 		f.type = type;
@@ -79,6 +82,7 @@ struct RawPeer {
 		f.method_id = method;
 		f.count = window;
 		f.bulk_len = bulk_len;
+		f.bulk_token = bulk_token;
 		f.payload_len = static_cast<uint32_t>(payload.size());
 		std::vector<uint8_t> b(ZCRPC_FRAME_HDR_LEN);
 		zcrpc__frame_encode(&f, b.data());
@@ -437,6 +441,173 @@ TEST_F(StreamHostile, AServerThatBreaksAStreamsRulesEndsOnlyThatStreamAtTheClien
 	zcrpc_channel_stats cs;
 	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
 	EXPECT_EQ(cs.protocol_errors, 0u) << "no connection was closed for a stream's rule";
+	zcrpc_conn_destroy(srv.conn);
+}
+
+TEST_F(StreamHostile, AServerThatMisusesAStreamMessagesGrantLosesOnlyThatStreamAtTheClient)
+{
+	// A raw server announces large messages by RDMA WRITE (MESSAGE with
+	// BULK, its record in the bulk token): the channel grants memory for
+	// each, naming that record; a write with the wrong byte count ends only
+	// that stream (INVALID_ARGUMENT, the server told), an honest write on
+	// the other stream is handed over whole.
+	zcrpc_listen_opts lo;
+	zcrpc_listen_opts_init(&lo);
+	RawPeer srv;
+	srv.w = w_;
+	zcrpc_conn_handlers lh = srv.Handlers();
+	lo.conn_handlers = &lh;
+	lo.arg = &srv;
+	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
+		static_cast<RawPeer *>(a)->conn = c;
+		static_cast<RawPeer *>(a)->up = 1;
+	};
+	ASSERT_EQ(zcrpc_listen(w_, env_.addr0.c_str(), "0", &lo, &l_), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
+				       std::to_string(zcrpc_listener_get_port(l_)).c_str(), nullptr, &ch_),
+		  ZCRPC_OK);
+	struct End {
+		bool done = false;
+		zcrpc_status st = ZCRPC_UNKNOWN;
+		std::string msg;
+		std::vector<std::string> msgs;
+	};
+	End a, b;
+	auto start = [&](End *x) {
+		zcrpc_stream_handlers h{};
+		h.size = sizeof(h);
+		h.arg = x;
+		h.on_message = [](zcrpc_stream *, const void *d, size_t n, void *p) {
+			static_cast<End *>(p)->msgs.emplace_back(static_cast<const char *>(d), n);
+		};
+		h.on_finish = [](zcrpc_stream *, const zcrpc_stream_end *e, void *p) {
+			auto *y = static_cast<End *>(p);
+			y->done = true;
+			y->st = e->status;
+			y->msg = e->message;
+		};
+		zcrpc_stream *s = nullptr;
+		EXPECT_EQ(zcrpc_stream_start(ch_, zcrpc_method_id(kStream), nullptr, &h, &s), ZCRPC_OK);
+		return s;
+	};
+	start(&a);
+	start(&b);
+	std::vector<uint32_t> refs;
+	ASSERT_TRUE(Until([&] {
+		refs.clear();
+		for (const auto &g : srv.got)
+			if (g.type == ZCRPC_FRAME_REQUEST && (g.flags & ZCRPC_FRAME_F_STREAM))
+				refs.push_back(g.call_id);
+		return refs.size() == 2;
+	}));
+	std::string body(70000, '\0');
+	for (size_t k = 0; k < body.size(); k++)
+		body[k] = static_cast<char>(k * 31 + (k >> 8));
+	zcrpc_mr *mr = nullptr;
+	ASSERT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(w_), &body[0], body.size(), 0, &mr),
+		  ZCRPC_OK);
+	const uint32_t rec_a = 0x1234, rec_b = 0x5678; // the raw server's records
+	ASSERT_EQ(srv.Send(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_BULK, refs[0], "", 0, 0, 65536, rec_a),
+		  ZCRPC_OK);
+	ASSERT_EQ(srv.Send(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_BULK, refs[1], "", 0, 0, body.size(),
+			   rec_b),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return srv.GrantOf(rec_a) && srv.GrantOf(rec_b); }))
+		<< "the channel grants memory for each, naming the server's record";
+	EXPECT_GE(srv.GrantOf(rec_a)->bulk_len, 65536u);
+	EXPECT_EQ(srv.GrantOf(rec_a)->flags & ZCRPC_FRAME_F_STREAM, 0)
+		<< "a plain grant, as for a reply part";
+	// A: 100 bytes of the 65536 announced.
+	{
+		const Got *g = srv.GrantOf(rec_a);
+		zcrpc_remote_region r{g->bulk_addr, g->bulk_len, g->bulk_rkey, 0};
+		uint32_t imm = g->bulk_token;
+		ASSERT_EQ(zcrpc_conn_write(srv.conn, mr, 0, 100, &r, 0, &imm, nullptr), ZCRPC_OK);
+	}
+	ASSERT_TRUE(Until([&] { return a.done; }));
+	EXPECT_EQ(a.st, ZCRPC_INVALID_ARGUMENT);
+	EXPECT_NE(a.msg.find("another byte count than it announced"), std::string::npos) << a.msg;
+	EXPECT_TRUE(a.msgs.empty()) << "the message was never handed over";
+	ASSERT_TRUE(Until([&] {
+		for (const auto &g : srv.got)
+			if (g.type == ZCRPC_FRAME_CANCEL && g.call_id == refs[0])
+				return true;
+		return false;
+	})) << "the server is told";
+	// B: the whole message, then the final status.
+	{
+		const Got *g = srv.GrantOf(rec_b);
+		zcrpc_remote_region r{g->bulk_addr, g->bulk_len, g->bulk_rkey, 0};
+		uint32_t imm = g->bulk_token;
+		ASSERT_EQ(zcrpc_conn_write(srv.conn, mr, 0, body.size(), &r, 0, &imm, nullptr),
+			  ZCRPC_OK);
+	}
+	ASSERT_TRUE(Until([&] { return b.msgs.size() == 1; }));
+	EXPECT_TRUE(b.msgs[0] == body) << "arrived changed";
+	zcrpc_frame f{};
+	f.type = ZCRPC_FRAME_REPLY;
+	f.flags = ZCRPC_FRAME_F_STREAM;
+	f.call_id = refs[1];
+	std::vector<uint8_t> buf(ZCRPC_FRAME_HDR_LEN);
+	zcrpc__frame_encode(&f, buf.data());
+	ASSERT_EQ(zcrpc_conn_send(srv.conn, buf.data(), buf.size()), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return b.done; }));
+	EXPECT_EQ(b.st, ZCRPC_OK) << b.msg;
+	zcrpc_channel_stats cs;
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(cs.protocol_errors, 0u) << "no connection was closed for a stream's write";
+	EXPECT_EQ(cs.stream_bulk_msgs_recv, 1u);
+	EXPECT_GE(cs.bulk_bad_writes, 1u);
+	EXPECT_EQ(cs.in_flight, 0u);
+	zcrpc_mr_deregister(mr);
+	zcrpc_conn_destroy(srv.conn);
+}
+
+TEST_F(StreamHostile, AServersStreamMessageByRdmaWriteWithoutTheHelloBitIsAProtocolError)
+{
+	// Where the hellos lack SERVER_STREAM_BULK (0x800) the channel grants
+	// nothing for MESSAGE with BULK from the server: that closes the
+	// connection as a protocol error.
+	zcrpc__worker_test_clear_features(w_, ZCRPC_FEAT_SERVER_STREAM_BULK);
+	zcrpc_listen_opts lo;
+	zcrpc_listen_opts_init(&lo);
+	RawPeer srv;
+	srv.w = w_;
+	zcrpc_conn_handlers lh = srv.Handlers();
+	lo.conn_handlers = &lh;
+	lo.arg = &srv;
+	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
+		static_cast<RawPeer *>(a)->conn = c;
+		static_cast<RawPeer *>(a)->up = 1;
+	};
+	ASSERT_EQ(zcrpc_listen(w_, env_.addr0.c_str(), "0", &lo, &l_), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
+				       std::to_string(zcrpc_listener_get_port(l_)).c_str(), nullptr, &ch_),
+		  ZCRPC_OK);
+	bool done = false;
+	zcrpc_stream_handlers h{};
+	h.size = sizeof(h);
+	h.arg = &done;
+	h.on_finish = [](zcrpc_stream *, const zcrpc_stream_end *e, void *p) {
+		*static_cast<bool *>(p) = true;
+		EXPECT_EQ(e->status, ZCRPC_UNAVAILABLE) << e->message;
+	};
+	zcrpc_stream *s = nullptr;
+	ASSERT_EQ(zcrpc_stream_start(ch_, zcrpc_method_id(kStream), nullptr, &h, &s), ZCRPC_OK);
+	uint32_t ref = 0;
+	ASSERT_TRUE(Until([&] {
+		for (const auto &g : srv.got)
+			if (g.type == ZCRPC_FRAME_REQUEST)
+				ref = g.call_id;
+		return ref != 0;
+	}));
+	ASSERT_EQ(srv.Send(ZCRPC_FRAME_MESSAGE, ZCRPC_FRAME_F_BULK, ref, "", 0, 0, 65536, 9),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return done; }));
+	zcrpc_channel_stats cs;
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(cs.protocol_errors, 1u);
+	EXPECT_EQ(srv.GrantOf(9), nullptr) << "nothing granted";
 	zcrpc_conn_destroy(srv.conn);
 }
 

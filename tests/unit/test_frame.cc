@@ -471,12 +471,21 @@ TEST(FrameStream, BrokenStreamFramesAreRefusedWithTheirReason)
 		char w[256] = "";
 		EXPECT_EQ(zcrpc__frame_decode(ok.data(), ok.size(), &o, w, sizeof(w)), ZCRPC_OK) << w;
 		EXPECT_EQ(o.bulk_len, uint64_t(1) << 20);
+		// A server's names its record in the bulk token (the client's
+		// grant names it back), as a bulk reply does.
+		f.bulk_token = 77;
+		ok = BuildFitting(f);
+		EXPECT_EQ(zcrpc__frame_decode(ok.data(), ok.size(), &o, w, sizeof(w)), ZCRPC_OK) << w;
+		EXPECT_EQ(o.bulk_token, 77u);
 		f = Sample(ZCRPC_FRAME_BULK_GRANT);
 		f.flags = ZCRPC_FRAME_F_STREAM;
 		ok = BuildFitting(f);
 		EXPECT_EQ(zcrpc__frame_decode(ok.data(), ok.size(), &o, w, sizeof(w)), ZCRPC_OK) << w;
 		EXPECT_EQ(o.flags, ZCRPC_FRAME_F_STREAM);
 	}
+	f = Sample(ZCRPC_FRAME_MESSAGE);
+	f.bulk_token = 5; // a token without a bulk part names nothing
+	ExpectReject(BuildFitting(f), "bulk token outside");
 	f = Sample(ZCRPC_FRAME_MESSAGE);
 	f.flags = ZCRPC_FRAME_F_BULK;
 	f.bulk_len = 4096;

@@ -220,12 +220,14 @@ TEST(Hello, EveryHelloAnnouncesTheCloseMessage)
 	EXPECT_EQ(ZCRPC_FEAT_STREAMS, 0x80u);
 	EXPECT_EQ(ZCRPC_FEAT_STREAM_BULK, 0x200u);
 	EXPECT_EQ(ZCRPC_FEAT_BATCH, 0x400u);
+	EXPECT_EQ(ZCRPC_FEAT_SERVER_STREAM_BULK, 0x800u);
 	for (uint8_t kind : {ZCRPC_HELLO_CONNECT, ZCRPC_HELLO_ACCEPT}) {
 		auto buf = Encode(Sample(kind));
 		EXPECT_EQ(buf[8], ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE |
 					  ZCRPC_FEAT_CLOSE | ZCRPC_FEAT_SHARED |
 					  ZCRPC_FEAT_WRITTEN | ZCRPC_FEAT_STREAMS);
-		EXPECT_EQ(buf[9], (ZCRPC_FEAT_STREAM_BULK | ZCRPC_FEAT_BATCH) >> 8);
+		EXPECT_EQ(buf[9], (ZCRPC_FEAT_STREAM_BULK | ZCRPC_FEAT_BATCH |
+				   ZCRPC_FEAT_SERVER_STREAM_BULK) >> 8);
 		EXPECT_EQ(buf[10] | buf[11], 0);
 		zcrpc_hello out{};
 		ASSERT_EQ(zcrpc__hello_decode(buf.data(), buf.size(), &out, nullptr, 0), ZCRPC_OK);
