@@ -292,7 +292,8 @@ typedef struct zcrpc_channel_stats {
 	/**
 	 * Reply attachments whose write with immediate carried another byte
 	 * count than the reply announced: the call failed INTERNAL
-	 * (docs/protocol.md §4).
+	 * (docs/protocol.md §4); and the server's stream messages by RDMA
+	 * WRITE written so (their stream ended INVALID_ARGUMENT).
 	 */
 	uint64_t bulk_bad_writes;
 	/**

@@ -154,9 +154,12 @@ ZCRPC_API zcrpc_status zcrpc_server_register_stream(
  * message too). OK once queued in order. A client's message above its
  * channel's bulk_threshold, on a connection that is up, is copied into
  * the channel's registered memory and goes by RDMA WRITE into memory the
- * server grants (the server's on_message reads it where it landed);
- * another message larger than one frame goes in pieces as the window lets
- * them (docs/protocol.md §8). Either way the next write is refused
+ * server grants (the server's on_message reads it where it landed); a
+ * server's message above the server's bulk_threshold is copied into the
+ * server's registered memory and goes by RDMA WRITE into memory the
+ * client grants (the client's on_message reads it there); another message
+ * larger than one frame (or the peer's hello lacks the feature) goes in
+ * pieces as the window lets them (docs/protocol.md §8). Either way the next write is refused
  * RESOURCE_EXHAUSTED until the message went (on_writable follows); a
  * half-close or finish made meanwhile goes after it. RESOURCE_EXHAUSTED when the window is closed (on_writable follows)
  * or no pool slot or memory is free (on_writable follows too, about a
