@@ -150,6 +150,8 @@ def seeds():
     s["bad-stream-open-payload"] = frame(REQUEST, b"", b"x", flags=F_STREAM, method=m_echo)
     s["bad-stream-bulk"] = frame(REPLY, flags=F_STREAM | F_BULK, blen=4096)
     s["ok-stream-message-bulk"] = frame(MESSAGE, flags=F_BULK, blen=4 << 20)
+    s["ok-stream-message-bulk-from-server"] = frame(MESSAGE, flags=F_BULK, blen=1 << 20, token=0x200005)
+    s["bad-stream-message-token-no-bulk"] = frame(MESSAGE, payload=b"x", token=5)
     s["ok-stream-grant"] = frame(GRANT, flags=F_STREAM, addr=0x1000, blen=1 << 20, token=7)
     s["bad-stream-message-bulk-payload"] = frame(MESSAGE, payload=b"x", flags=F_BULK, blen=4096)
     s["bad-stream-message-bulk-piece"] = frame(MESSAGE, flags=F_BULK | F_MORE, blen=4096)
