@@ -186,6 +186,27 @@ ZCRPC_API zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data,
 ZCRPC_API zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
 					       zcrpc_fill_fn fill, void *ctx);
 
+/**
+ * zcrpc_stream_write_bulk - zcrpc_stream_write() of the @src->len bytes of
+ * registered memory at @src (zcrpc_mr_register() on the stream's worker's
+ * context; the registration needs no remote access), without a copy when
+ * the message goes by RDMA WRITE (above the writing side's bulk_threshold,
+ * on a connection that takes such messages: the device reads it in
+ * place); otherwise copied from there as zcrpc_stream_write() copies. The
+ * memory stays the caller's, and must neither change nor go until the
+ * stream's next on_writable (which this write always brings, once the
+ * message went and the window is open) or its on_finish: an in-place
+ * message's on_finish waits until the device can no longer read it (its
+ * write completed, the peer took no grant within the server's write time
+ * limit, or the connection went). Only zcrpc_channel_destroy() and
+ * zcrpc_server_destroy() run on_finish earlier; the memory is no longer
+ * read once they returned. Errors as zcrpc_stream_write();
+ * INVALID_ARGUMENT also for a NULL @src, a length of 0 or memory @src->mr
+ * does not cover.
+ */
+ZCRPC_API zcrpc_status zcrpc_stream_write_bulk(zcrpc_stream *s,
+					       const zcrpc_bulk *src);
+
 /** Non-zero while a write would not be refused for the window. */
 ZCRPC_API int zcrpc_stream_can_write(const zcrpc_stream *s);
 

@@ -343,9 +343,12 @@ void zcrpc__stream_run_finish(zcrpc_stream *s)
 
 	struct smsg *m;
 
-	if (s->graceful && s->att_ref)
+	if (s->graceful && s->att_ref && !s->forced)
 		return; /* a message before the final status still lands: its
 			 * record brings us back (stream_bulk.c) */
+	if (zcrpc__stream_reads_user(s) && !s->forced)
+		return; /* the device still reads the application's memory: the
+			 * write's end brings us back (stream_bulk.c) */
 	while (s->graceful && (m = s->held_head)) {
 		if (s->paused)
 			return; /* zcrpc_stream_resume() comes back here */
@@ -353,6 +356,14 @@ void zcrpc__stream_run_finish(zcrpc_stream *s)
 		if (!s->held_head)
 			s->held_tail = NULL;
 		s->nheld--;
+		if (m->bulk_len) {
+			/* announced by RDMA WRITE, never granted: a server
+			 * whose status went before its write ended the stream
+			 * early, so it goes unread (its writer's record ends
+			 * with its time for a grant) */
+			free(m);
+			continue;
+		}
 		s->ended = 0; /* take() delivers to a live stream only */
 		take(s, m->data, m->len, m->more);
 		s->ended = 1;
@@ -489,9 +500,12 @@ static zcrpc_status retry_later(zcrpc_stream *s, zcrpc_status st)
 	return st;
 }
 
-/* One message: copied from @data, or written by @fill into the slot. */
+/* One message: copied from @data, or written by @fill into the slot; or,
+ * @src, sent from the application's registered memory in place when it
+ * goes by RDMA WRITE (else copied from there, @data). */
 static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
-			      void *ctx, const void *data)
+			      void *ctx, const void *data,
+			      const zcrpc_bulk *src)
 {
 	struct zcrpc__out out;
 	struct zcrpc_frame f;
@@ -508,10 +522,11 @@ static zcrpc_status write_msg(zcrpc_stream *s, size_t len, zcrpc_fill_fn fill,
 	if (s->client ? zcrpc__cstream_attaches(s, len)
 		      : zcrpc__sstream_attaches(s, len))
 		return retry_later(
-			s, s->client ? zcrpc__cstream_write_attached(s, len, fill,
-								     ctx, data)
-				     : zcrpc__sstream_write_attached(s, len, fill,
-								     ctx, data));
+			s, s->client
+				   ? zcrpc__cstream_write_attached(s, len, fill, ctx,
+								   data, src)
+				   : zcrpc__sstream_write_attached(s, len, fill, ctx,
+								   data, src));
 	if (len > piece_max(s)) {
 		/* In pieces, as the window lets them go; the next write waits
 		 * until the last went. */
@@ -546,7 +561,28 @@ zcrpc_status zcrpc_stream_write(zcrpc_stream *s, const void *data, size_t len)
 {
 	if (!s || (len && !data))
 		return ZCRPC_INVALID_ARGUMENT;
-	return write_msg(s, len, NULL, NULL, data);
+	return write_msg(s, len, NULL, NULL, data, NULL);
+}
+
+zcrpc_status zcrpc_stream_write_bulk(zcrpc_stream *s, const zcrpc_bulk *src)
+{
+	zcrpc_status st;
+
+	if (!s || !src || !src->len ||
+	    !zcrpc__mr_covers(src->mr, zcrpc_worker_get_context(s->w),
+			      src->offset, src->len, 0))
+		return ZCRPC_INVALID_ARGUMENT;
+	st = write_msg(s, src->len, NULL, NULL,
+		       (const uint8_t *)zcrpc__mr_addr(src->mr) + src->offset,
+		       src);
+	if (st == ZCRPC_OK)
+		/* The caller learns when its memory is free again from
+		 * on_writable (or on_finish): a copy is free at once, an
+		 * in-place write once it completed. */
+		s->wanted_write = 1;
+	if (st == ZCRPC_OK && !zcrpc__stream_busy(s))
+		zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
+	return st;
 }
 
 zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
@@ -554,7 +590,7 @@ zcrpc_status zcrpc_stream_write_fill(zcrpc_stream *s, size_t len,
 {
 	if (!s || (len && !fill))
 		return ZCRPC_INVALID_ARGUMENT;
-	return write_msg(s, len, fill, ctx, NULL);
+	return write_msg(s, len, fill, ctx, NULL, NULL);
 }
 
 int zcrpc_stream_can_write(const zcrpc_stream *s)

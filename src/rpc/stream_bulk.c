@@ -37,15 +37,16 @@ int zcrpc__cstream_attaches(const zcrpc_stream *s, size_t len)
 
 zcrpc_status zcrpc__cstream_write_attached(zcrpc_stream *s, size_t len,
 					   zcrpc_fill_fn fill, void *ctx,
-					   const void *data)
+					   const void *data,
+					   const zcrpc_bulk *src)
 {
 	zcrpc_channel *ch = s->ch;
-	struct zcrpc__bulkbuf *b;
+	struct zcrpc__bulkbuf *b = NULL;
 	struct zcrpc__out out;
 	struct zcrpc_frame f;
 	zcrpc_status st;
 
-	if (zcrpc__bulk_get(&ch->bulk, len, &b) != ZCRPC_OK)
+	if (!src && zcrpc__bulk_get(&ch->bulk, len, &b) != ZCRPC_OK)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	memset(&f, 0, sizeof(f));
 	f.type = ZCRPC_FRAME_MESSAGE;
@@ -57,11 +58,17 @@ zcrpc_status zcrpc__cstream_write_attached(zcrpc_stream *s, size_t len,
 		zcrpc__bulk_put(&ch->bulk, b);
 		return st;
 	}
-	if (fill)
+	if (src) { /* in place: written from the caller's registration */
+		s->att_user = 1;
+		s->att_mr = src->mr;
+		s->att_off = src->offset;
+	} else if (fill) {
 		fill(b->ptr, len, ctx);
-	else
+	} else {
 		memcpy(b->ptr, data, len);
-	ch->st.copied_bytes += len;
+	}
+	if (!src)
+		ch->st.copied_bytes += len;
 	s->att_out = b;
 	s->att_len = len;
 	s->att_writing = 0;
@@ -78,7 +85,7 @@ void zcrpc__cstream_on_grant(zcrpc_stream *s, zcrpc_conn *conn,
 	zcrpc_remote_region r;
 	uint32_t imm = f->bulk_token;
 
-	if (!s->att_out || s->att_writing) {
+	if ((!s->att_out && !s->att_user) || s->att_writing) {
 		zcrpc__channel_protocol_error(
 			s->ch, conn, "a grant for no stream message");
 		return;
@@ -92,8 +99,9 @@ void zcrpc__cstream_on_grant(zcrpc_stream *s, zcrpc_conn *conn,
 	r.len = f->bulk_len;
 	r.rkey = f->bulk_rkey;
 	r.reserved = 0;
-	if (zcrpc_conn_write(conn, s->att_out->mr, 0, s->att_len, &r, 0, &imm,
-			     (void *)(ZCRPC__STREAM_WRITE_TAG | s->ref)) !=
+	if (zcrpc_conn_write(conn, s->att_out ? s->att_out->mr : s->att_mr,
+			     s->att_out ? 0 : s->att_off, s->att_len, &r, 0,
+			     &imm, (void *)(ZCRPC__STREAM_WRITE_TAG | s->ref)) !=
 	    ZCRPC_OK) {
 		zcrpc_conn_close(conn); /* its streams end UNAVAILABLE */
 		return;
@@ -109,16 +117,21 @@ void zcrpc__cstream_on_write_done(zcrpc_channel *ch, zcrpc_conn *conn,
 				  : NULL;
 	struct zcrpc__stream_orphan **pp, *o;
 
-	if (s && s->att_out && s->att_writing) {
+	if (s && (s->att_out || s->att_user) && s->att_writing) {
 		zcrpc__bulk_put(&ch->bulk, s->att_out);
 		s->att_out = NULL;
+		s->att_user = 0;
 		s->att_writing = 0;
 		if (s->cancel_after_write && st == ZCRPC_OK)
 			zcrpc__channel_cancel_ref(ch, conn, ref,
 						  ZCRPC_FRAME_F_STREAM);
 		s->cancel_after_write = 0;
-		if (s->ended)
+		if (s->ended) {
+			/* its on_finish may have waited for the device to let
+			 * go of the caller's memory */
+			zcrpc__timer_start(s->w, &s->timer, zcrpc__now_ns());
 			return;
+		}
 		if (st != ZCRPC_OK) {
 			zcrpc__stream_end(s, ZCRPC_UNAVAILABLE,
 					  "writing a stream message failed");
@@ -147,8 +160,12 @@ void zcrpc__cstream_drop_attachment(zcrpc_stream *s)
 	zcrpc_channel *ch = s->ch;
 	struct zcrpc__stream_orphan *o;
 
-	if (!s->att_out)
+	if (!s->att_out) {
+		/* in place: its write completed, or the channel goes */
+		s->att_user = 0;
+		s->att_writing = 0;
 		return;
+	}
 	if (s->att_writing && !ch->destroying &&
 	    (o = malloc(sizeof(*o)))) {
 		/* The device may still read the buffer: it goes back with the
@@ -244,6 +261,7 @@ void zcrpc__sstream_part_release(zcrpc_stream *st, int cancel)
 		 * grant ran out. */
 		c = zcrpc__scall_lookup(st->s, st->att_out_ref);
 		st->att_out_ref = 0;
+		st->att_out_user = 0;
 		if (c && c->stream == st)
 			c->stream = NULL;
 	}
@@ -279,7 +297,8 @@ int zcrpc__sstream_attaches(const zcrpc_stream *st, size_t len)
 
 zcrpc_status zcrpc__sstream_write_attached(zcrpc_stream *st, size_t len,
 					   zcrpc_fill_fn fill, void *ctx,
-					   const void *data)
+					   const void *data,
+					   const zcrpc_bulk *src)
 {
 	zcrpc_server *s = st->s;
 	struct sconn *sc = st->sc;
@@ -304,8 +323,13 @@ zcrpc_status zcrpc__sstream_write_attached(zcrpc_stream *st, size_t len,
 	c->n_md = 0;
 	c->state = SS_RUNNING;
 	ref = zcrpc__scall_ref(s, c);
-	rc = zcrpc__bulk_get_async(&s->bulk, len, ref, &c->reply_buf);
-	if (rc == ZCRPC_UNAVAILABLE) {
+	if (src) { /* in place: written from the caller's registration */
+		c->reply_src = *src;
+		rc = ZCRPC_OK;
+		dst = NULL;
+	} else if ((rc = zcrpc__bulk_get_async(&s->bulk, len, ref,
+					       &c->reply_buf)) ==
+		   ZCRPC_UNAVAILABLE) {
 		c->reply_heap = malloc(len);
 		dst = c->reply_heap;
 		rc = dst ? ZCRPC_OK : ZCRPC_RESOURCE_EXHAUSTED;
@@ -325,15 +349,18 @@ zcrpc_status zcrpc__sstream_write_attached(zcrpc_stream *st, size_t len,
 		zcrpc__scall_free(s, c); /* the buffer goes back */
 		return rc;
 	}
-	if (fill)
-		fill(dst, len, ctx);
-	else
-		memcpy(dst, data, len);
-	s->st.copied_bytes += len;
+	if (dst) {
+		if (fill)
+			fill(dst, len, ctx);
+		else
+			memcpy(dst, data, len);
+		s->st.copied_bytes += len;
+	}
 	c->reply_src.len = len;
 	c->stream = st;
 	zcrpc__list_push_front(&sc->calls, &c->link);
 	st->att_out_ref = ref;
+	st->att_out_user = src != NULL;
 	st->send_window--;
 	st->sent_any = 1;
 	zcrpc__stream_ic_message(st, 1, len);
@@ -363,8 +390,13 @@ void zcrpc__sstream_part_written(zcrpc_server *s, zcrpc_server_call *c,
 	if (!str)
 		return;
 	str->att_out_ref = 0;
-	if (str->ended)
+	str->att_out_user = 0;
+	if (str->ended) {
+		/* its on_finish may have waited for the device to let go of
+		 * the handler's memory */
+		zcrpc__timer_start(str->w, &str->timer, zcrpc__now_ns());
 		return;
+	}
 	if (st != ZCRPC_OK) {
 		if (c->sc && c->state == SS_REPLY_GRANT)
 			zcrpc__sstream_refuse(

@@ -452,6 +452,12 @@ void zcrpc__cstreams_conn_gone(zcrpc_channel *ch, zcrpc_conn *conn,
 		if (s->conn != conn)
 			continue;
 		drop_queue(s);
+		if (s->att_user && !s->att_out) {
+			/* in place: its connection goes now, and with it the
+			 * device's hold of the caller's memory */
+			s->att_user = 0;
+			s->att_writing = 0;
+		}
 		zcrpc__stream_end(s, st, why);
 		if (s->has_end_frame) {
 			/* its metadata lies in the connection's memory */
@@ -474,6 +480,7 @@ void zcrpc__cstreams_destroy(zcrpc_channel *ch)
 
 		s->graceful = 0;
 		s->paused = 0;
+		s->forced = 1;
 		zcrpc__stream_end(s, ZCRPC_CANCELLED, "channel destroyed");
 		zcrpc__stream_run_finish(s); /* frees it */
 	}

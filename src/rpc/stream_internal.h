@@ -42,6 +42,8 @@ struct zcrpc_stream {
 	unsigned got_message : 1; /* client: a MESSAGE arrived */
 	unsigned half_pending : 1; /* server: the client's half-close waits behind paused messages */
 	unsigned graceful : 1;	   /* client: the server's final status ended it */
+	unsigned forced : 1;	   /* its on_finish runs now (a destroy), whatever
+				    * the device may still read */
 	zcrpc_worker *w;
 	zcrpc_stream_handlers h;
 	void *user;
@@ -71,6 +73,13 @@ struct zcrpc_stream {
 	struct zcrpc__bulkbuf *att_out; /* writer (client): its registered copy */
 	size_t att_len;
 	unsigned att_writing : 1;	/* its WRITE is posted */
+	unsigned att_user : 1; /* writer (client): the message is the
+				* application's own memory (att_mr, att_off;
+				* zcrpc_stream_write_bulk), no copy */
+	unsigned att_out_user : 1; /* writer (server): likewise, for the
+				    * record att_out_ref */
+	const zcrpc_mr *att_mr;
+	size_t att_off;
 	unsigned cancel_after_write : 1; /* the CANCEL goes once it completed */
 	uint32_t att_ref; /* reader: the call record holding the message's
 			   * grant (the server's or, for the server's
@@ -151,7 +160,15 @@ void zcrpc__stream_writable_again(zcrpc_stream *s);
  * attachment waiting for its grant or its write). */
 static inline int zcrpc__stream_busy(const zcrpc_stream *s)
 {
-	return s->out_big != NULL || s->att_out != NULL || s->att_out_ref;
+	return s->out_big != NULL || s->att_out != NULL || s->att_user ||
+	       s->att_out_ref;
+}
+/* Nonzero while the device may still read application memory a message
+ * of @s was written from in place (its on_finish waits for that). */
+static inline int zcrpc__stream_reads_user(const zcrpc_stream *s)
+{
+	return (s->att_user && s->att_writing) ||
+	       (s->att_out_ref && s->att_out_user);
 }
 
 /* ---- stream_bulk.c: a client's large messages by RDMA WRITE ---- */
@@ -159,11 +176,13 @@ static inline int zcrpc__stream_busy(const zcrpc_stream *s)
  * attachment: its connection is up and takes them, and @len is above the
  * channel's bulk threshold. */
 int zcrpc__cstream_attaches(const zcrpc_stream *s, size_t len);
-/* Announces the message (copied into a registered buffer) with MESSAGE
- * [BULK]; it is written once the server's grant arrives. */
+/* Announces the message (copied into a registered buffer, or, @src, in
+ * the application's memory) with MESSAGE [BULK]; it is written once the
+ * server's grant arrives. */
 zcrpc_status zcrpc__cstream_write_attached(zcrpc_stream *s, size_t len,
 					   zcrpc_fill_fn fill, void *ctx,
-					   const void *data);
+					   const void *data,
+					   const zcrpc_bulk *src);
 /* A BULK_GRANT with STREAM for @s from @conn. */
 void zcrpc__cstream_on_grant(zcrpc_stream *s, zcrpc_conn *conn,
 			     const struct zcrpc_frame *f);
@@ -206,7 +225,8 @@ int zcrpc__sstream_attaches(const zcrpc_stream *s, size_t len);
  * client's grant arrives. */
 zcrpc_status zcrpc__sstream_write_attached(zcrpc_stream *s, size_t len,
 					   zcrpc_fill_fn fill, void *ctx,
-					   const void *data);
+					   const void *data,
+					   const zcrpc_bulk *src);
 struct zcrpc_server_call;
 /* Server: the writer record @c's WRITE completed with @st, or @c goes
  * without one (@st not OK: no grant in time, the connection gone). */

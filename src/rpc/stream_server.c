@@ -381,6 +381,7 @@ void zcrpc__sstreams_destroy(zcrpc_server *s)
 			zcrpc__container_of(n, struct zcrpc_stream, slink);
 
 		st->paused = 0;
+		st->forced = 1;
 		zcrpc__stream_end(st, ZCRPC_CANCELLED, "server destroyed");
 		zcrpc__stream_run_finish(st); /* frees it */
 	}

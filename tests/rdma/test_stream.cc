@@ -1181,6 +1181,151 @@ TEST_F(Stream, WithoutServerStreamBulkInTheHellosTheServersLargeMessagesGoInPiec
 	EXPECT_TRUE(UnaryWorks());
 }
 
+// ---- messages written in place from registered memory ---------------------
+
+namespace {
+
+// A registered buffer of the worker's context, freed with the test.
+struct RegBuf {
+	std::vector<char> mem;
+	zcrpc_mr *mr = nullptr;
+	RegBuf(zcrpc_worker *w, size_t n) : mem(n)
+	{
+		EXPECT_EQ(zcrpc_mr_register(zcrpc_worker_get_context(w), mem.data(), n, 0, &mr),
+			  ZCRPC_OK);
+	}
+	~RegBuf() { zcrpc_mr_deregister(mr); }
+	void Fill(size_t off, const std::string &v) { std::memcpy(&mem[off], v.data(), v.size()); }
+	zcrpc_bulk At(size_t off, size_t len) const { return zcrpc_bulk{mr, off, len}; }
+};
+
+uint64_t CopiedByChannel(zcrpc_channel *ch)
+{
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch, &cs, sizeof(cs));
+	return cs.copied_bytes;
+}
+
+} // namespace
+
+TEST_F(Stream, WriteBulkSendsFromTheCallersRegisteredMemoryInPlaceBothWays)
+{
+	// Each side writes large messages from its own registration: they go
+	// by RDMA WRITE with no copy (copied_bytes does not move), and the
+	// memory is the caller's again at the next on_writable (rewritten
+	// there, the next message carries the new bytes). A small one is
+	// copied from the same memory.
+	RegBuf cbuf(w_, 2 << 20), sbuf(w_, 2 << 20);
+	const std::string d1 = Pattern(1 << 20, 'd'), d2 = Pattern(200000, 'e');
+	uint64_t s_copied_before = 0, s_copied_after = 0;
+	svc_.on_msg = [&](Seen &x, const std::string &m) {
+		if (m != "down")
+			return;
+		s_copied_before = ServerStats(srv_).copied_bytes;
+		sbuf.Fill(0, d1);
+		zcrpc_bulk b = sbuf.At(0, d1.size());
+		EXPECT_EQ(zcrpc_stream_write_bulk(x.s, &b), ZCRPC_OK);
+		x.on_writable = [&](Seen &y) { // the first is out: the memory is ours
+			if (y.writable == 1) {
+				sbuf.Fill(0, d2);
+				zcrpc_bulk b2 = sbuf.At(0, d2.size());
+				EXPECT_EQ(zcrpc_stream_write_bulk(y.s, &b2), ZCRPC_OK);
+			} else if (y.writable == 2) {
+				s_copied_after = ServerStats(srv_).copied_bytes;
+				EXPECT_EQ(zcrpc_stream_finish(y.s, ZCRPC_OK, nullptr, nullptr, 0),
+					  ZCRPC_OK);
+			}
+		};
+	};
+	Listen();
+	ASSERT_TRUE(UnaryWorks()); // the connection is up: in place from here
+	Seen c;
+	zcrpc_stream *s = Start(c);
+	zcrpc_bulk bad{cbuf.mr, (2 << 20) - 10, 100};
+	EXPECT_EQ(zcrpc_stream_write_bulk(s, &bad), ZCRPC_INVALID_ARGUMENT) << "past the registration";
+	bad = cbuf.At(0, 0);
+	EXPECT_EQ(zcrpc_stream_write_bulk(s, &bad), ZCRPC_INVALID_ARGUMENT) << "empty";
+	EXPECT_EQ(zcrpc_stream_write_bulk(s, nullptr), ZCRPC_INVALID_ARGUMENT);
+
+	const uint64_t copied0 = CopiedByChannel(ch_);
+	const std::string u1 = Pattern(1 << 20, 'u'), u2 = Pattern(300000, 'v'), u3 = "small";
+	cbuf.Fill(0, u1);
+	zcrpc_bulk b1 = cbuf.At(0, u1.size());
+	ASSERT_EQ(zcrpc_stream_write_bulk(s, &b1), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return c.writable == 1; }, 60000)) << "on_writable follows";
+	cbuf.Fill(4096, u2); // the first message's memory, rewritten
+	zcrpc_bulk b2 = cbuf.At(4096, u2.size());
+	ASSERT_EQ(zcrpc_stream_write_bulk(s, &b2), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return c.writable == 2; }, 60000));
+	cbuf.Fill(100, u3);
+	zcrpc_bulk b3 = cbuf.At(100, u3.size());
+	ASSERT_EQ(zcrpc_stream_write_bulk(s, &b3), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return c.writable == 3; })) << "on_writable follows a copy too";
+	EXPECT_EQ(CopiedByChannel(ch_) - copied0, 0u)
+		<< "the large ones went without a copy (a copy into a registered buffer counts; "
+		   "a small message's copy into its frame does not)";
+	ASSERT_TRUE(Until([&] { return svc_.streams.size() == 1 && svc_.streams[0]->msgs.size() == 3; },
+			  60000));
+	EXPECT_TRUE(svc_.streams[0]->msgs[0] == u1) << "the first arrived changed";
+	EXPECT_TRUE(svc_.streams[0]->msgs[1] == u2) << "the second arrived changed";
+	EXPECT_EQ(svc_.streams[0]->msgs[2], u3);
+
+	ASSERT_EQ(zcrpc_stream_write(s, "down", 4), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return c.finished; }, 60000));
+	EXPECT_EQ(c.status, ZCRPC_OK) << c.message;
+	ASSERT_EQ(c.msgs.size(), 2u);
+	EXPECT_TRUE(c.msgs[0] == d1) << "the server's first arrived changed";
+	EXPECT_TRUE(c.msgs[1] == d2) << "the server's second arrived changed";
+	EXPECT_EQ(s_copied_after, s_copied_before) << "the server copied neither";
+	zcrpc_channel_stats cs{};
+	zcrpc_channel_get_stats(ch_, &cs, sizeof(cs));
+	EXPECT_EQ(cs.stream_bulk_msgs, 2u);
+	EXPECT_EQ(cs.stream_bulk_msgs_recv, 2u);
+	EXPECT_EQ(ServerStats(srv_).stream_bulk_msgs_sent, 2u);
+	EXPECT_TRUE(UnaryWorks());
+}
+
+TEST_F(Stream, AnInPlaceMessagesOnFinishWaitsUntilTheDeviceCanNoLongerReadIt)
+{
+	// The server writes 1 MiB in place to a paused client (which grants
+	// nothing while paused) and cancels the stream at once: its on_finish
+	// waits until the message's record ended (no grant within the write
+	// time limit), since until then a grant could still start the write.
+	zcrpc_server_destroy(srv_);
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	so.bulk_write_timeout_ms = 3000;
+	ASSERT_EQ(zcrpc_server_create(w_, &so, &srv_), ZCRPC_OK);
+	RegBuf sbuf(w_, 1 << 20);
+	bool cancelled = false;
+	svc_.on_msg = [&](Seen &x, const std::string &) {
+		sbuf.Fill(0, Pattern(1 << 20, 'p'));
+		zcrpc_bulk b = sbuf.At(0, 1 << 20);
+		EXPECT_EQ(zcrpc_stream_write_bulk(x.s, &b), ZCRPC_OK);
+		EXPECT_EQ(zcrpc_stream_cancel(x.s), ZCRPC_OK);
+		cancelled = true;
+	};
+	Listen();
+	ASSERT_TRUE(UnaryWorks());
+	Seen c;
+	zcrpc_stream *s = Start(c);
+	zcrpc_stream_pause(s);
+	ASSERT_EQ(zcrpc_stream_write(s, "go", 2), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return cancelled; }));
+	EXPECT_FALSE(Until([&] { return svc_.streams[0]->finished; }, 300))
+		<< "on_finish ran while the message could still be written";
+	EXPECT_EQ(ServerStats(srv_).bulk_timeouts, 0u);
+	ASSERT_TRUE(Until([&] { return svc_.streams[0]->finished; }, 30000));
+	EXPECT_EQ(ServerStats(srv_).bulk_timeouts, 1u) << "on_finish came once the record ended";
+	EXPECT_EQ(svc_.streams[0]->status, ZCRPC_CANCELLED);
+	zcrpc_stream_resume(s);
+	ASSERT_TRUE(Until([&] { return c.finished; }));
+	EXPECT_EQ(c.status, ZCRPC_CANCELLED) << c.message;
+	EXPECT_TRUE(c.msgs.empty()) << "the abandoned message is not handed over";
+	EXPECT_EQ(ServerStats(srv_).protocol_errors, 0u);
+	EXPECT_TRUE(UnaryWorks()) << "the connection stayed";
+}
+
 TEST_F(Stream, CountersCountEachSidesStreamsMessagesBytesAndEnds)
 {
 	// An echo stream of three messages (one of them large enough for RDMA
