@@ -133,6 +133,26 @@ protected:
 		RdmaTest::SetUp();
 		ASSERT_EQ(zcrpc_worker_create(nullptr, &w_), ZCRPC_OK);
 	}
+	// A raw server (@srv records what the channel sends) and the channel
+	// to it.
+	void ServeRaw(RawPeer &srv)
+	{
+		zcrpc_listen_opts lo;
+		zcrpc_listen_opts_init(&lo);
+		srv.w = w_;
+		zcrpc_conn_handlers lh = srv.Handlers(); // (copied by zcrpc_listen)
+		lo.conn_handlers = &lh;
+		lo.arg = &srv;
+		lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
+			static_cast<RawPeer *>(a)->conn = c;
+			static_cast<RawPeer *>(a)->up = 1;
+		};
+		ASSERT_EQ(zcrpc_listen(w_, env_.addr0.c_str(), "0", &lo, &l_), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
+					       std::to_string(zcrpc_listener_get_port(l_)).c_str(),
+					       nullptr, &ch_),
+			  ZCRPC_OK);
+	}
 	void TearDown() override
 	{
 		zcrpc_conn_destroy(raw_.conn);
@@ -346,21 +366,8 @@ TEST_F(StreamHostile, AStreamOpenedTwiceOrAServersFrameFromAClientClosesThatConn
 TEST_F(StreamHostile, AServerThatBreaksAStreamsRulesEndsOnlyThatStreamAtTheClient)
 {
 	// A raw server: it records the streams the channel opens.
-	zcrpc_listen_opts lo;
-	zcrpc_listen_opts_init(&lo);
 	RawPeer srv;
-	srv.w = w_;
-	zcrpc_conn_handlers lh = srv.Handlers();
-	lo.conn_handlers = &lh;
-	lo.arg = &srv;
-	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
-		static_cast<RawPeer *>(a)->conn = c;
-		static_cast<RawPeer *>(a)->up = 1;
-	};
-	ASSERT_EQ(zcrpc_listen(w_, env_.addr0.c_str(), "0", &lo, &l_), ZCRPC_OK);
-	ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
-				       std::to_string(zcrpc_listener_get_port(l_)).c_str(), nullptr, &ch_),
-		  ZCRPC_OK);
+	ASSERT_NO_FATAL_FAILURE(ServeRaw(srv));
 	struct End {
 		bool done = false;
 		zcrpc_status st = ZCRPC_UNKNOWN;
@@ -451,21 +458,8 @@ TEST_F(StreamHostile, AServerThatMisusesAStreamMessagesGrantLosesOnlyThatStreamA
 	// each, naming that record; a write with the wrong byte count ends only
 	// that stream (INVALID_ARGUMENT, the server told), an honest write on
 	// the other stream is handed over whole.
-	zcrpc_listen_opts lo;
-	zcrpc_listen_opts_init(&lo);
 	RawPeer srv;
-	srv.w = w_;
-	zcrpc_conn_handlers lh = srv.Handlers();
-	lo.conn_handlers = &lh;
-	lo.arg = &srv;
-	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
-		static_cast<RawPeer *>(a)->conn = c;
-		static_cast<RawPeer *>(a)->up = 1;
-	};
-	ASSERT_EQ(zcrpc_listen(w_, env_.addr0.c_str(), "0", &lo, &l_), ZCRPC_OK);
-	ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
-				       std::to_string(zcrpc_listener_get_port(l_)).c_str(), nullptr, &ch_),
-		  ZCRPC_OK);
+	ASSERT_NO_FATAL_FAILURE(ServeRaw(srv));
 	struct End {
 		bool done = false;
 		zcrpc_status st = ZCRPC_UNKNOWN;
@@ -569,21 +563,8 @@ TEST_F(StreamHostile, AServersStreamMessageByRdmaWriteWithoutTheHelloBitIsAProto
 	// nothing for MESSAGE with BULK from the server: that closes the
 	// connection as a protocol error.
 	zcrpc__worker_test_clear_features(w_, ZCRPC_FEAT_SERVER_STREAM_BULK);
-	zcrpc_listen_opts lo;
-	zcrpc_listen_opts_init(&lo);
 	RawPeer srv;
-	srv.w = w_;
-	zcrpc_conn_handlers lh = srv.Handlers();
-	lo.conn_handlers = &lh;
-	lo.arg = &srv;
-	lo.on_accept = [](zcrpc_listener *, zcrpc_conn *c, void *a) {
-		static_cast<RawPeer *>(a)->conn = c;
-		static_cast<RawPeer *>(a)->up = 1;
-	};
-	ASSERT_EQ(zcrpc_listen(w_, env_.addr0.c_str(), "0", &lo, &l_), ZCRPC_OK);
-	ASSERT_EQ(zcrpc_channel_create(w_, env_.addr0.c_str(),
-				       std::to_string(zcrpc_listener_get_port(l_)).c_str(), nullptr, &ch_),
-		  ZCRPC_OK);
+	ASSERT_NO_FATAL_FAILURE(ServeRaw(srv));
 	bool done = false;
 	zcrpc_stream_handlers h{};
 	h.size = sizeof(h);
