@@ -274,6 +274,15 @@ bool WaitFor(const std::function<bool()> &done, milliseconds t)
 
 // A server on two workers, each progressed by a test thread. The home
 // worker's thread also runs a shutdown asked through `want_shutdown`.
+// Every client of @clients has had an echo answered.
+bool EveryClientAnswered(const std::vector<std::unique_ptr<Client>> &clients)
+{
+	for (const auto &c : clients)
+		if (c->ok.load() == 0)
+			return false;
+	return true;
+}
+
 struct TwoWorkerServer {
 	zcrpc_context *ctx = nullptr;
 	std::unique_ptr<Loop> w0, w1;
@@ -593,14 +602,7 @@ TEST_F(Workers, GracefulShutdownDrainsBothWorkersOffThreadRepliesIncluded)
 	EXPECT_EQ(g_hold_on[1].load(), 2);
 	// The echo load runs on every channel before the shutdown starts (a
 	// call that had not reached the server yet is turned away by it).
-	ASSERT_TRUE(WaitFor(
-		[&] {
-			for (auto &c : clients)
-				if (c->ok.load() == 0)
-					return false;
-			return true;
-		},
-		Scaled(10000)))
+	ASSERT_TRUE(WaitFor([&] { return EveryClientAnswered(clients); }, Scaled(10000)))
 		<< "the echo load did not get going";
 	for (int i = 0; i < n; i++)
 		EXPECT_FALSE(held[i]->done.load()); // in flight at shutdown
@@ -714,14 +716,7 @@ TEST_F(Workers, ServeWithTwoThreadsDrainsOnItsSignalAndReturns)
 	// Every client's load has had a call answered before the drain (a
 	// CI run under ASan sent the signal before one client's first echo
 	// came back: that client then counted none, though nothing failed).
-	ASSERT_TRUE(WaitFor(
-		[&] {
-			for (auto &c : clients)
-				if (c->ok.load() == 0)
-					return false;
-			return true;
-		},
-		Scaled(10000)));
+	ASSERT_TRUE(WaitFor([&] { return EveryClientAnswered(clients); }, Scaled(10000)));
 	ASSERT_TRUE(serving.load());
 	pthread_kill(serve.native_handle(), SIGUSR1);
 	serve.join();
