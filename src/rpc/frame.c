@@ -173,6 +173,10 @@ zcrpc_status zcrpc__frame_decode(const void *data, size_t len,
 	    f->type != ZCRPC_FRAME_REPLY && f->type != ZCRPC_FRAME_CANCEL &&
 	    f->type != ZCRPC_FRAME_BULK_GRANT)
 		return bad(why, why_len, "stream flag on frame type %u", f->type);
+	if ((f->flags & ZCRPC_FRAME_F_REFUSED) &&
+	    (f->type != ZCRPC_FRAME_REPLY || f->status == ZCRPC_OK ||
+	     (f->flags & ~(ZCRPC_FRAME_F_REFUSED | ZCRPC_FRAME_F_STREAM))))
+		return bad(why, why_len, "refused flag on a frame that is not an error reply");
 	if ((f->flags & ZCRPC_FRAME_F_MORE) && f->type != ZCRPC_FRAME_MESSAGE)
 		return bad(why, why_len, "more flag on frame type %u", f->type);
 	if ((f->flags & ZCRPC_FRAME_F_MORE) && !f->payload_len)

@@ -78,9 +78,10 @@ enum zcrpc_frame_type {
 #define ZCRPC_FRAME_F_PAYLOAD_IN_BULK 0x2U /* the bulk part is the payload itself (too big to inline) */
 #define ZCRPC_FRAME_F_STREAM 0x4U /* REQUEST: opens a stream; REPLY: its final status; CANCEL: of a stream; BULK_GRANT: for a stream's message */
 #define ZCRPC_FRAME_F_MORE 0x8U	  /* MESSAGE: a piece; the message goes on in the next MESSAGE */
+#define ZCRPC_FRAME_F_REFUSED 0x10U /* REPLY (DRAIN peers): the call never reached a handler */
 #define ZCRPC_FRAME_F_ALL                                                      \
 	(ZCRPC_FRAME_F_BULK | ZCRPC_FRAME_F_PAYLOAD_IN_BULK |                  \
-	 ZCRPC_FRAME_F_STREAM | ZCRPC_FRAME_F_MORE)
+	 ZCRPC_FRAME_F_STREAM | ZCRPC_FRAME_F_MORE | ZCRPC_FRAME_F_REFUSED)
 
 /* The largest stream message a reader takes (in pieces) by default. */
 #define ZCRPC_STREAM_MAX_MESSAGE ((size_t)4 << 20)

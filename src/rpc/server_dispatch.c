@@ -204,10 +204,9 @@ static void on_request(struct sconn *sc, const struct zcrpc_frame *f)
 					 ZCRPC_UNIMPLEMENTED, msg);
 		return;
 	}
-	if (s->shutting_down) {
-		zcrpc__sconn_send_simple(sc, ZCRPC_FRAME_REPLY, f->call_id,
-					 ZCRPC_UNAVAILABLE,
-					 "server is shutting down");
+	if (s->shutting_down) { /* never ran: the client may go elsewhere */
+		zcrpc__sconn_send_refused(sc, f->call_id,
+					  "server is shutting down");
 		return;
 	}
 	if (s->root->ics.n) {
@@ -319,6 +318,13 @@ static void on_frame(void *arg, const struct zcrpc_frame *fp)
 		break;
 	case ZCRPC_FRAME_BULK_GRANT:
 		zcrpc__sconn_on_grant(sc, &f);
+		break;
+	case ZCRPC_FRAME_GOAWAY: /* a DRAIN client's answer to ours */
+		if (!sc->s->shutting_down || !zcrpc__conn_has_drain(sc->conn) ||
+		    sc->goaway_acked)
+			zcrpc__sconn_protocol_error(sc, "unexpected GOAWAY");
+		else
+			sc->goaway_acked = 1;
 		break;
 	default:
 		zcrpc__sconn_protocol_error(sc, "unexpected frame type");

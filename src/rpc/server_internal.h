@@ -127,6 +127,7 @@ struct sconn {
 	 * request; when it runs, the connection is closed. */
 	struct zcrpc__timer idle;
 	int called; /* a request frame arrived */
+	int goaway_acked; /* the client answered our GOAWAY (DRAIN) */
 	struct zcrpc__list streams; /* its open streams (stream_server.c) */
 	uint32_t nstreams;
 	struct zcrpc__batch batch; /* stream frames gathered (server_send.c) */
@@ -175,7 +176,7 @@ struct zcrpc_server {
 	zcrpc_server_stats pub;
 	/* server_shutdown.c: a check posted to the shard's worker, and what
 	 * it found (any thread reads them). */
-	atomic_int chk_pending, chk_busy, chk_conns;
+	atomic_int chk_pending, chk_busy, chk_conns, chk_unacked;
 	atomic_uint chk_seq;
 	/* server_runtime.c: workers the server made (threads = N), and the
 	 * zcrpc_server_serve() running it (NULL when none). */
@@ -236,6 +237,11 @@ void zcrpc__sconn_flush(struct sconn *sc);
 void zcrpc__sconn_flush_deferred(struct sconn *sc);
 void zcrpc__sconn_send_frame(struct sconn *sc, struct zcrpc_frame *f,
 			     const char *msg, size_t n, uint32_t grant_ref);
+/* An UNAVAILABLE reply to a call refused before any handler saw it
+ * (shutting down): marked REFUSED for a DRAIN client, which may send it
+ * elsewhere. */
+void zcrpc__sconn_send_refused(struct sconn *sc, uint32_t call_id,
+			       const char *msg);
 void zcrpc__sconn_send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 			      zcrpc_status status, const char *msg);
 

@@ -184,3 +184,17 @@ void zcrpc__sconn_send_simple(struct sconn *sc, uint8_t type, uint32_t call_id,
 	n = zcrpc__status_msg_len(msg);
 	zcrpc__sconn_send_frame(sc, &f, msg, n, 0);
 }
+
+void zcrpc__sconn_send_refused(struct sconn *sc, uint32_t call_id,
+			       const char *msg)
+{
+	struct zcrpc_frame f;
+
+	memset(&f, 0, sizeof(f));
+	f.type = ZCRPC_FRAME_REPLY;
+	f.call_id = call_id;
+	f.status = (uint32_t)ZCRPC_UNAVAILABLE;
+	if (zcrpc__conn_has_drain(sc->conn))
+		f.flags = ZCRPC_FRAME_F_REFUSED;
+	zcrpc__sconn_send_frame(sc, &f, msg, zcrpc__status_msg_len(msg), 0);
+}

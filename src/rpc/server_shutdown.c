@@ -12,6 +12,9 @@
 
 /* How long connections get to close in order after the drain. */
 #define ZCRPC_CLOSE_WAIT_NS (3000LL * 1000000LL)
+/* How long, at most, the close waits for the clients' answers to GOAWAY
+ * (DRAIN: what they sent before the answer has arrived once it is in). */
+#define ZCRPC_GOAWAY_ACK_WAIT_NS (500LL * 1000000LL)
 
 int zcrpc__server_busy(const zcrpc_server *s)
 {
@@ -26,6 +29,23 @@ int zcrpc__server_busy(const zcrpc_server *s)
 		const struct sconn *sc = zcrpc__sconn_of(n);
 
 		if (!sc->closed && (sc->q_head || sc->p_head))
+			return 1;
+	}
+	return 0;
+}
+
+/* Connections of @s whose client drains in order (DRAIN) and has not yet
+ * answered its GOAWAY: requests it sent before the answer may still come. */
+static int unacked(const zcrpc_server *s)
+{
+	const struct zcrpc__list *n;
+
+	zcrpc__list_foreach(n, &s->conns) {
+		const struct sconn *sc = zcrpc__sconn_of(n);
+
+		if (!sc->closed && !sc->goaway_acked &&
+		    zcrpc_conn_get_state(sc->conn) == ZCRPC_CONN_ESTABLISHED &&
+		    zcrpc__conn_has_drain(sc->conn))
 			return 1;
 	}
 	return 0;
@@ -51,7 +71,8 @@ static void close_all(zcrpc_server *s)
 
 /* One worker: the calling thread progresses it (the behaviour since the
  * first release). */
-static zcrpc_status shutdown_one(zcrpc_server *s, int64_t end)
+static zcrpc_status shutdown_one(zcrpc_server *s, int64_t end,
+				 int64_t ack_end)
 {
 	zcrpc_status st = ZCRPC_OK;
 
@@ -59,6 +80,10 @@ static zcrpc_status shutdown_one(zcrpc_server *s, int64_t end)
 		zcrpc_worker_progress(s->w, 10);
 	if (zcrpc__server_busy(s))
 		st = ZCRPC_DEADLINE_EXCEEDED;
+	/* The clients' answers to GOAWAY: what they sent before it has come
+	 * (and was refused, marked REFUSED) once it is here. */
+	while (unacked(s) && zcrpc__now_ns() < ack_end)
+		zcrpc_worker_progress(s->w, 1);
 	close_all(s);
 	end = zcrpc__now_ns() + ZCRPC_CLOSE_WAIT_NS;
 	while (!zcrpc__list_empty(&s->conns) && zcrpc__now_ns() < end)
@@ -87,6 +112,7 @@ static void post_check(zcrpc_worker *w, void *arg)
 	(void)w;
 	zcrpc__server_publish(s);
 	atomic_store(&s->chk_busy, zcrpc__server_busy(s));
+	atomic_store(&s->chk_unacked, unacked(s));
 	atomic_store(&s->chk_conns, !zcrpc__list_empty(&s->conns));
 	atomic_fetch_add(&s->chk_seq, 1);
 	atomic_store(&s->chk_pending, 0); /* last: the results are in */
@@ -94,12 +120,14 @@ static void post_check(zcrpc_worker *w, void *arg)
 
 /* Asks shard @sh (another worker) what it holds; returns 1 when the
  * answer to a check posted after @since is in (@busy, @conns set). */
-static int ask(zcrpc_server *sh, unsigned since, int *busy, int *conns)
+static int ask(zcrpc_server *sh, unsigned since, int *busy, int *conns,
+	       int *acks)
 {
 	if (atomic_load(&sh->chk_pending))
 		return 0;
 	if (atomic_load(&sh->chk_seq) > since) {
 		*busy = atomic_load(&sh->chk_busy);
+		*acks = atomic_load(&sh->chk_unacked);
 		*conns = atomic_load(&sh->chk_conns);
 		return 1;
 	}
@@ -109,10 +137,10 @@ static int ask(zcrpc_server *sh, unsigned since, int *busy, int *conns)
 	return 0;
 }
 
-/* Progresses the home worker until no shard is busy (@want_conns 0) or
- * none has a connection left (@want_conns 1), or @end. Returns 1 when
- * that was reached. */
-static int wait_shards(zcrpc_server *s, int want_conns, int64_t end)
+/* Progresses the home worker until no shard is busy (@want 0), none has
+ * a connection left (@want 1) or none waits for a client's answer to
+ * GOAWAY (@want 2), or @end. Returns 1 when that was reached. */
+static int wait_shards(zcrpc_server *s, int want, int64_t end)
 {
 	unsigned since[ZCRPC_MAX_WORKERS];
 	size_t i;
@@ -120,17 +148,18 @@ static int wait_shards(zcrpc_server *s, int want_conns, int64_t end)
 	for (i = 1; i < s->nshards; i++)
 		since[i] = atomic_load(&s->shards[i]->chk_seq);
 	for (;;) {
-		int done = want_conns ? zcrpc__list_empty(&s->conns)
-				      : !zcrpc__server_busy(s);
+		int done = want == 1   ? zcrpc__list_empty(&s->conns)
+			   : want == 2 ? !unacked(s)
+				       : !zcrpc__server_busy(s);
 
 		for (i = 1; i < s->nshards; i++) {
-			int busy = 1, conns = 1;
+			int busy = 1, conns = 1, acks = 1;
 
-			if (!ask(s->shards[i], since[i], &busy, &conns)) {
+			if (!ask(s->shards[i], since[i], &busy, &conns, &acks)) {
 				done = 0;
 				continue;
 			}
-			if (want_conns ? conns : busy) {
+			if (want == 1 ? conns : want == 2 ? acks : busy) {
 				done = 0;
 				since[i] = atomic_load(&s->shards[i]->chk_seq);
 			}
@@ -143,7 +172,8 @@ static int wait_shards(zcrpc_server *s, int want_conns, int64_t end)
 	}
 }
 
-static zcrpc_status shutdown_many(zcrpc_server *s, int64_t end)
+static zcrpc_status shutdown_many(zcrpc_server *s, int64_t end,
+				  int64_t ack_end)
 {
 	zcrpc_status st = ZCRPC_OK;
 	size_t i;
@@ -154,6 +184,7 @@ static zcrpc_status shutdown_many(zcrpc_server *s, int64_t end)
 			st = ZCRPC_RESOURCE_EXHAUSTED;
 	if (!wait_shards(s, 0, end))
 		st = ZCRPC_DEADLINE_EXCEEDED;
+	wait_shards(s, 2, ack_end);
 	close_all(s);
 	for (i = 1; i < s->nshards; i++)
 		zcrpc_worker_post(s->shards[i]->w, post_close, s->shards[i]);
@@ -164,7 +195,7 @@ static zcrpc_status shutdown_many(zcrpc_server *s, int64_t end)
 
 zcrpc_status zcrpc__server_drain(zcrpc_server *s, int grace_ms)
 {
-	int64_t end;
+	int64_t end, ack_end;
 
 	s->shutting_down = 1;
 	zcrpc_listener_destroy(s->l);
@@ -172,7 +203,13 @@ zcrpc_status zcrpc__server_drain(zcrpc_server *s, int grace_ms)
 	zcrpc__server_goaway_all(s);
 	end = zcrpc__now_ns() +
 	      (int64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000LL;
-	return s->nshards > 1 ? shutdown_many(s, end) : shutdown_one(s, end);
+	/* a client that does not answer GOAWAY holds the close this long at
+	 * most (within the grace) */
+	ack_end = zcrpc__now_ns() + ZCRPC_GOAWAY_ACK_WAIT_NS;
+	if (ack_end > end)
+		ack_end = end;
+	return s->nshards > 1 ? shutdown_many(s, end, ack_end)
+			      : shutdown_one(s, end, ack_end);
 }
 
 zcrpc_status zcrpc_server_shutdown(zcrpc_server *s, int grace_ms)

@@ -91,11 +91,16 @@ extern "C" {
 	0x800U /* the sender's RPC layer moves a server's large stream        \
 		  messages by RDMA WRITE into memory the client grants        \
 		  (MESSAGE with BULK from the server: docs/protocol.md §8) */
+#define ZCRPC_FEAT_DRAIN                                                       \
+	0x1000U /* the sender's RPC layer drains in order: a client answers   \
+		   GOAWAY with GOAWAY (nothing follows it), a server marks   \
+		   the calls it refused unrun with REFUSED and waits for     \
+		   that answer before it closes (docs/protocol.md §7) */
 #define ZCRPC_FEAT_ALL                                                         \
 	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
 	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN | ZCRPC_FEAT_STREAMS |         \
 	 ZCRPC_FEAT_STREAM_BULK | ZCRPC_FEAT_BATCH |                           \
-	 ZCRPC_FEAT_SERVER_STREAM_BULK) /* set in every hello */
+	 ZCRPC_FEAT_SERVER_STREAM_BULK | ZCRPC_FEAT_DRAIN) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

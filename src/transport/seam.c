@@ -41,6 +41,8 @@ _Static_assert(ZCRPC_SEAM_FEAT_BATCH == ZCRPC_FEAT_BATCH,
 _Static_assert(ZCRPC_SEAM_FEAT_SERVER_STREAM_BULK ==
 		       ZCRPC_FEAT_SERVER_STREAM_BULK,
 	       "the seam's server-stream-bulk bit is the hello's");
+_Static_assert(ZCRPC_SEAM_FEAT_DRAIN == ZCRPC_FEAT_DRAIN,
+	       "the seam's drain bit is the hello's");
 
 static void rdma_abort(zcrpc_conn *c, zcrpc_status st, const char *why)
 {

@@ -65,6 +65,8 @@ struct zcrpc__conn_ops {
 #define ZCRPC_SEAM_FEAT_BATCH 0x400U
 /* ... and moves a server's large stream messages by RDMA WRITE. */
 #define ZCRPC_SEAM_FEAT_SERVER_STREAM_BULK 0x800U
+/* ... and drains in order: GOAWAY answered, refusals marked REFUSED. */
+#define ZCRPC_SEAM_FEAT_DRAIN 0x1000U
 
 /* The first member of every connection object, whatever its kind. */
 struct zcrpc__conn_base {
@@ -108,6 +110,11 @@ static inline int zcrpc__conn_has_server_stream_bulk(const zcrpc_conn *c)
 {
 	return (zcrpc__conn_ops_of(c)->features(c) &
 		ZCRPC_SEAM_FEAT_SERVER_STREAM_BULK) != 0;
+}
+
+static inline int zcrpc__conn_has_drain(const zcrpc_conn *c)
+{
+	return (zcrpc__conn_ops_of(c)->features(c) & ZCRPC_SEAM_FEAT_DRAIN) != 0;
 }
 
 static inline int zcrpc__conn_has_batch(const zcrpc_conn *c)
