@@ -46,6 +46,7 @@ extern "C" {
 typedef struct zcrpc_channel zcrpc_channel;
 typedef struct zcrpc_server zcrpc_server;
 typedef struct zcrpc_server_call zcrpc_server_call;
+struct zcrpc_picker_ops; /* zcrpc/balance.h */
 
 /** Names a call for zcrpc_call_cancel(); 0 names none. */
 typedef uint64_t zcrpc_call_id;
@@ -115,6 +116,16 @@ typedef struct zcrpc_channel_opts {
 	const char *device;
 	uint32_t port;
 	uint32_t gid_index;
+	/** Channels of zcrpc_channel_create_target() (zcrpc/balance.h): the
+	 * policy that picks a backend per call, "pick_first" (NULL: the
+	 * default), "round_robin", "least_outstanding" or "ring_hash"; or
+	 * @picker, the application's (copied; it wins over lb_policy). */
+	const char *lb_policy;
+	const struct zcrpc_picker_ops *picker;
+	/** The largest request payload a target channel keeps to retry the
+	 * call (zcrpc_channel_set_retry; calls that never reached a server);
+	 * larger ones are never retried. 0 = 65536. */
+	size_t retry_buffer;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 
@@ -159,8 +170,20 @@ typedef struct zcrpc_call_opts {
 	const zcrpc_bulk *attachment; /**< sent in place by RDMA WRITE; keep it unchanged until the call completes */
 	const zcrpc_bulk *reply_into; /**< registered memory (ZCRPC_MR_REMOTE_WRITE) the reply's attachment lands in; the server may write it only through a window revoked before the callback runs */
 	size_t max_reply;	    /**< largest reply payload + attachment accepted; 0 = no limit */
+	/** The call's key for a hashing policy (ring_hash: a key always
+	 * reaches the same backend while the set is stable); copied; NULL =
+	 * none (a random backend). Other policies ignore it. */
+	const void *hash_key;
+	size_t hash_key_len;
+	/** ZCRPC_CALL_* bits. */
+	uint64_t flags;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_call_opts;
+
+/** zcrpc_call_opts.flags: on a target channel with no backend to pick (none
+ * resolved, all down), the call waits for one until its deadline instead
+ * of failing UNAVAILABLE at once (gRPC's wait_for_ready). */
+#define ZCRPC_CALL_WAIT_FOR_READY 1u
 
 /** Fills @o with defaults (no deadline beyond the channel's, no metadata,
  * no attachments, no reply limit). */
@@ -332,6 +355,11 @@ typedef struct zcrpc_channel_stats {
 	 * into memory this channel granted (above the server's
 	 * bulk_threshold); counted when they landed. */
 	uint64_t stream_bulk_msgs_recv;
+	/** Target channels (zcrpc/balance.h): attempts after a call's first,
+	 * made without a policy (the call never reached a server) and by a
+	 * zcrpc_channel_set_retry() policy; and calls that found no backend
+	 * to pick (they failed UNAVAILABLE or waited). */
+	uint64_t retries_transparent, retries_policy, no_backend;
 	/* New counters go here. */
 } zcrpc_channel_stats;
 

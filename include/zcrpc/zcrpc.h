@@ -2,6 +2,7 @@
 #ifndef ZCRPC_ZCRPC_H
 #define ZCRPC_ZCRPC_H
 
+#include "zcrpc/balance.h"
 #include "zcrpc/intercept.h"
 #include "zcrpc/log.h"
 #include "zcrpc/rpc.h"

@@ -4,6 +4,7 @@
  * the frames that arrive on it. The calls are in client_call.c, their bulk
  * parts in client_bulk.c. */
 #include "client_internal.h"
+#include "lb_internal.h"
 #include "stream_internal.h"
 
 #include <stdio.h>
@@ -111,6 +112,8 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 			ch->down_status = ZCRPC_UNAVAILABLE;
 			zcrpc__channel_flush_queue(ch);
 			zcrpc__cstreams_flush(ch, conn);
+			if (ch->parent) /* calls waiting for a backend may go */
+				zcrpc__lb_arm(ch->parent->lb, zcrpc__now_ns());
 		}
 		return;
 	}
@@ -136,6 +139,10 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 		ch->down_status = st == ZCRPC_UNAUTHENTICATED ? st
 							      : ZCRPC_UNAVAILABLE;
 		snprintf(ch->down_why, sizeof(ch->down_why), "%s", why);
+		if (ch->parent) { /* it left the pick set: look again */
+			zcrpc__lb_refresh_soon(ch->parent->lb);
+			zcrpc__lb_arm(ch->parent->lb, zcrpc__now_ns());
+		}
 	}
 	conn_gone(ch, conn, st == ZCRPC_UNAUTHENTICATED ? st : ZCRPC_UNAVAILABLE,
 		  why);
@@ -197,13 +204,26 @@ static void on_frame(void *arg, const struct zcrpc_frame *fp)
 			ch->draining = conn;
 			ch->conn = NULL;
 			ch->conn_up = 0;
+			/* A DRAIN server waits for our answer: nothing we
+			 * send follows it (the calls below are not sent). */
+			if (zcrpc__conn_has_drain(conn))
+				zcrpc__channel_send_control(
+					ch, conn, ZCRPC_FRAME_GOAWAY, 0, 0);
 			/* Calls not sent yet would go nowhere: fail them. */
 			while (zcrpc__channel_queue_first(ch))
 				zcrpc__ccall_complete(
 					ch, zcrpc__channel_queue_first(ch),
 					ZCRPC_UNAVAILABLE,
 					"server is shutting down (GOAWAY)");
-			ch->next_attempt_ns = 0;
+			/* A backend of a target channel leaves its pick set
+			 * for a backoff; a lone channel reconnects at once. */
+			ch->next_attempt_ns =
+				ch->parent ? zcrpc__now_ns() +
+						     (int64_t)ch->o.backoff_initial_ms *
+							     1000000LL
+					   : 0;
+			if (ch->parent)
+				zcrpc__lb_arm(ch->parent->lb, zcrpc__now_ns());
 		}
 		break;
 	default:
@@ -256,23 +276,17 @@ static void init_call(void *call, void *arg)
 	zcrpc__list_init(&c->qlink);
 }
 
-zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
-				  const char *port, const zcrpc_channel_opts *o,
-				  zcrpc_channel **out)
+/* Checks @o (NULL: the defaults) and copies it into @ch->o, with the
+ * strings and the key it names copied into @ch (src_addr on the heap);
+ * zcrpc_channel_create_target() uses it too. INVALID_ARGUMENT, or
+ * RESOURCE_EXHAUSTED (no memory for src_addr); nothing is kept then. */
+zcrpc_status zcrpc__channel_load_opts(zcrpc_channel *ch,
+				      const zcrpc_channel_opts *o)
 {
-	zcrpc_channel *ch;
-
-	if (!w || !host || !port || !out)
-		return ZCRPC_INVALID_ARGUMENT;
-	ch = calloc(1, sizeof(*ch));
-	if (!ch)
-		return ZCRPC_RESOURCE_EXHAUSTED;
 	zcrpc_channel_opts_init(&ch->o);
 	if (o &&
-	    ZCRPC__ABI_IN(&ch->o, o, ZCRPC__MIN_CHANNEL_OPTS) != ZCRPC_OK) {
-		free(ch);
+	    ZCRPC__ABI_IN(&ch->o, o, ZCRPC__MIN_CHANNEL_OPTS) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
-	}
 	if (ch->o.connect_timeout_ms <= 0 ||
 	    ch->o.window < ZCRPC_MIN_QUEUE_DEPTH ||
 	    ch->o.window > ZCRPC_MAX_QUEUE_DEPTH ||
@@ -285,10 +299,8 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 			   ch->o.psk_len > ZCRPC_PSK_MAX)) ||
 	    (ch->o.identity && strlen(ch->o.identity) > ZCRPC_IDENTITY_MAX) ||
 	    ch->o.tos > 255 ||
-	    (ch->o.device && strlen(ch->o.device) >= sizeof(ch->device))) {
-		free(ch);
+	    (ch->o.device && strlen(ch->o.device) >= sizeof(ch->device)))
 		return ZCRPC_INVALID_ARGUMENT;
-	}
 	if (ch->o.device) /* our own copy; o.device says it is set */
 		strcpy(ch->device, ch->o.device);
 	if (ch->o.psk) { /* our own copies */
@@ -298,16 +310,40 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 			strcpy(ch->identity, ch->o.identity);
 	}
 	ch->o.identity = NULL;
+	ch->src_addr = ch->o.src_addr ? strdup(ch->o.src_addr) : NULL;
+	ch->o.src_addr = NULL;
+	if (o && o->src_addr && !ch->src_addr) {
+		explicit_bzero(ch->psk, sizeof(ch->psk));
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	}
+	return ZCRPC_OK;
+}
+
+zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
+				  const char *port, const zcrpc_channel_opts *o,
+				  zcrpc_channel **out)
+{
+	zcrpc_channel *ch;
+	zcrpc_status st;
+
+	if (!w || !host || !port || !out)
+		return ZCRPC_INVALID_ARGUMENT;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	st = zcrpc__channel_load_opts(ch, o);
+	if (st != ZCRPC_OK) {
+		free(ch);
+		return st;
+	}
 	ch->down_status = ZCRPC_UNAVAILABLE;
 	ch->w = w;
 	ch->host = strdup(host);
 	ch->port = strdup(port);
-	ch->src_addr = ch->o.src_addr ? strdup(ch->o.src_addr) : NULL;
-	ch->o.src_addr = NULL;
 	if (zcrpc__call_table_init(&ch->calls, ch->o.max_calls,
 				   sizeof(struct ccall), init_call,
 				   ch) != ZCRPC_OK ||
-	    !ch->host || !ch->port || (o && o->src_addr && !ch->src_addr)) {
+	    !ch->host || !ch->port) {
 		zcrpc__call_table_fini(&ch->calls);
 		free(ch->host);
 		free(ch->port);
@@ -333,6 +369,10 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 
 	if (!ch)
 		return;
+	if (ch->lb) {
+		zcrpc__lb_destroy(ch);
+		return;
+	}
 	ch->destroying = 1;
 	zcrpc__cstreams_destroy(ch);
 	for (i = 0; i < ch->calls.n; i++) {
@@ -368,5 +408,7 @@ void zcrpc_channel_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *out,
 	zcrpc_channel_stats none;
 
 	memset(&none, 0, sizeof(none));
-	ZCRPC__ABI_OUT(out, out_size, ch ? &ch->st : &none);
+	if (ch && ch->lb)
+		zcrpc__lb_get_stats(ch, &none);
+	ZCRPC__ABI_OUT(out, out_size, ch && !ch->lb ? &ch->st : &none);
 }

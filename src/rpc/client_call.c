@@ -3,6 +3,7 @@
  * channel's timer, never inside the call that caused them), replies,
  * deadlines, cancellation. */
 #include "client_internal.h"
+#include "lb_internal.h"
 #include "stream_internal.h"
 #include "../core/log.h"
 
@@ -91,6 +92,7 @@ void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 		snprintf(c->pending_msg, sizeof(c->pending_msg), "%s", msg ? msg : "");
 		return;
 	}
+	c->unsent = c->state == CS_QUEUED;
 	if (c->state == CS_QUEUED)
 		queue_remove(ch, c);
 	if (c->grant_parked)
@@ -121,8 +123,11 @@ static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r)
 		ch->st.calls_ok++;
 	else
 		ch->st.calls_failed++;
-	if (c->cb)
+	if (c->cb) {
+		ch->cb_unsent = c->unsent;
 		c->cb(ch, r, c->arg);
+		ch->cb_unsent = 0;
+	}
 }
 
 /* Completes @c with the server's reply (kept in c->reply / reply_msg) and
@@ -140,6 +145,9 @@ void zcrpc__ccall_complete_with_reply(zcrpc_channel *ch, struct ccall *c,
 		zcrpc__cstream_part_landed(ch, c, bulk, bulk_len);
 		return;
 	}
+	/* A DRAIN server's refusal: no handler saw the call. */
+	c->unsent = (f->flags & ZCRPC_FRAME_F_REFUSED) && c->conn &&
+		    zcrpc__conn_has_drain(c->conn);
 	r = (zcrpc_reply){.size = sizeof(r)}; /* as zcrpc__abi_sized_init */
 	r.status = (zcrpc_status)f->status;
 	r.n_md = zcrpc__md_view(f, md);
@@ -215,13 +223,19 @@ void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c)
 void zcrpc__channel_cancel_ref(zcrpc_channel *ch, zcrpc_conn *conn,
 			       uint32_t ref, uint16_t flags)
 {
+	zcrpc__channel_send_control(ch, conn, ZCRPC_FRAME_CANCEL, ref, flags);
+}
+
+void zcrpc__channel_send_control(zcrpc_channel *ch, zcrpc_conn *conn,
+				 uint8_t type, uint32_t ref, uint16_t flags)
+{
 	struct zcrpc_frame f;
 	struct zcrpc__out out;
 
 	if (!conn || zcrpc_conn_get_state(conn) != ZCRPC_CONN_ESTABLISHED)
 		return;
 	memset(&f, 0, sizeof(f));
-	f.type = ZCRPC_FRAME_CANCEL;
+	f.type = type;
 	f.flags = flags;
 	f.call_id = ref;
 	if (zcrpc__out_build(ch->w, &f, NULL, 0, 0, NULL, NULL, NULL, &out)) {
@@ -589,6 +603,9 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		return ZCRPC_INVALID_ARGUMENT;
 	if (ch->destroying)
 		return ZCRPC_FAILED_PRECONDITION;
+	if (ch->lb) /* a target channel: lb_call.c picks a backend */
+		return zcrpc__lb_call_start(ch, method, len, fill, fill_ctx, o,
+					    cb, arg, id);
 	co = call_opts_default; /* what zcrpc_call_opts_init gives */
 	if (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -655,6 +672,8 @@ zcrpc_status zcrpc_call_cancel(zcrpc_channel *ch, zcrpc_call_id id)
 
 	if (!ch || id > 0xffffffffULL)
 		return ZCRPC_NOT_FOUND;
+	if (ch->lb)
+		return zcrpc__lb_call_cancel(ch, id);
 	c = zcrpc__ccall_lookup(ch, (uint32_t)id);
 	if (!c || c->state == CS_DONE || c->state == CS_ZOMBIE)
 		return ZCRPC_NOT_FOUND;

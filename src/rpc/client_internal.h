@@ -58,6 +58,7 @@ struct ccall {
 				    * its callback runs when the grant ends */
 	unsigned grant_parked : 1; /* SENT: its BULK_GRANT, built in out,
 				    * waits for room (on ch->grants) */
+	unsigned unsent : 1; /* completed before its request went out */
 	unsigned stream_part : 1; /* the record of a server's stream message
 				   * by RDMA WRITE (stream_bulk.c): no caller,
 				   * not counted as a call; c->reply is the
@@ -123,6 +124,15 @@ struct zcrpc_channel {
 	/* Why zcrpc_call_start refused a call for want of room (for
 	 * zcrpc_call's message), or NULL: a static string. */
 	const char *start_why;
+	/* A target channel (zcrpc/balance.h, lb_internal.h): its backends,
+	 * picker and calls; NULL for a channel to one server. */
+	struct zcrpc__lb *lb;
+	/* A backend's subchannel: the target channel it serves (it backs
+	 * off after GOAWAY), or NULL. */
+	zcrpc_channel *parent;
+	/* While a call's callback runs: it completed before its request
+	 * went out (a target channel may send it elsewhere). */
+	unsigned cb_unsent : 1;
 };
 
 static inline uint32_t zcrpc__ccall_ref(const zcrpc_channel *ch,
@@ -170,6 +180,11 @@ void zcrpc__ccall_send_cancel(zcrpc_channel *ch, struct ccall *c);
  * @conn with the credit kept for control frames, or parks it. */
 void zcrpc__channel_cancel_ref(zcrpc_channel *ch, zcrpc_conn *conn,
 			       uint32_t ref, uint16_t flags);
+/* Sends an empty control frame (CANCEL, the answer to GOAWAY) on @conn
+ * as a CANCEL goes: with the credit kept for control frames, behind the
+ * ones waiting, or parked until room returns. */
+void zcrpc__channel_send_control(zcrpc_channel *ch, zcrpc_conn *conn,
+				 uint8_t type, uint32_t ref, uint16_t flags);
 /* A CANCEL frame built but not sent yet: the connection had neither the
  * credit kept for control frames nor ring room. Sent from on_writable,
  * before anything else; dropped with its connection. */

@@ -1,6 +1,7 @@
 /* zcrpc — interceptor chains: adding them, and running each hook of a
  * chain for one call (intercept.h). */
 #include "client_internal.h"
+#include "lb_internal.h"
 #include "server_internal.h"
 #include "intercept.h"
 
@@ -24,6 +25,8 @@ zcrpc_status zcrpc_channel_add_interceptor(zcrpc_channel *ch,
 	if (ch->ics.n == ZCRPC_MAX_INTERCEPTORS)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	ch->ics.ic[ch->ics.n++] = c;
+	if (ch->lb) /* its backends' subchannels run the chain */
+		zcrpc__lb_interceptors_changed(ch);
 	return ZCRPC_OK;
 }
 

@@ -6,6 +6,7 @@
  * slot in the channel's stream table names it on the wire, so a frame
  * for a stream that ended is recognised and dropped. */
 #include "client_internal.h"
+#include "lb_internal.h"
 #include "stream_internal.h"
 
 #include <stdlib.h>
@@ -255,6 +256,8 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 		return ZCRPC_INVALID_ARGUMENT;
 	if (ch->destroying)
 		return ZCRPC_FAILED_PRECONDITION;
+	if (ch->lb) /* a target channel: on a backend picked now */
+		return zcrpc__lb_stream_start(ch, method, o, h, out);
 	memset(&hh, 0, sizeof(hh));
 	if (ZCRPC__ABI_IN(&hh, h, ZCRPC__MIN_STREAM_HANDLERS) != ZCRPC_OK ||
 	    !hh.on_finish)

@@ -1,0 +1,226 @@
+/* zcrpc — channels over many servers: a channel made from a target string
+ * ("ipv4:10.0.0.1:7000,10.0.0.2:7000", "file:/etc/kv.list", a scheme of
+ * a resolver the application registered) resolves it into a set of
+ * backends and picks one per call (pick_first, round_robin,
+ * least_outstanding, ring_hash, or a picker of the application's).
+ *
+ * Such a channel is an ordinary zcrpc_channel: zcrpc_call_start(),
+ * zcrpc_call(), zcrpc_call_cancel(), zcrpc_stream_start(), the protobuf-c
+ * stubs and zcrpc_channel_destroy() take it, and callbacks get it as their
+ * @ch. Behind it, each backend has a connection of its own (made lazily,
+ * remade with the channel's backoff). A backend whose connection fails or
+ * that sends GOAWAY leaves the pick set at once and comes back when its
+ * backoff ends and a new connection comes up. docs/balancing.md tells the
+ * whole design.
+ *
+ * Threading: as every channel's (zcrpc/rpc.h): the worker's thread only,
+ * except zcrpc_resolver_set() and zcrpc_resolver_register() (any thread).
+ *
+ * ABI: as zcrpc/rpc.h (docs/abi.md): options and views start with a size.
+ */
+#ifndef ZCRPC_BALANCE_H
+#define ZCRPC_BALANCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zcrpc/export.h"
+#include "zcrpc/rpc.h"
+#include "zcrpc/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Longest host (name or numeric address) and port of a backend. */
+#define ZCRPC_HOST_MAX 255
+#define ZCRPC_PORT_MAX 15
+/** Most backends one channel keeps. */
+#define ZCRPC_MAX_BACKENDS 1024
+
+/** One resolved server. A fixed layout that never grows (docs/abi.md). */
+typedef struct zcrpc_address {
+	const char *host; /**< numeric IPv4/IPv6 address or a name */
+	const char *port; /**< decimal port */
+} zcrpc_address;
+
+/* ---- resolvers ----------------------------------------------------------- */
+
+/** The channel's end of one resolution, handed to a resolver's start. */
+typedef struct zcrpc_resolver zcrpc_resolver;
+
+/**
+ * A resolver of target scheme @scheme ("consul" for "consul:NAME"). All
+ * hooks run on the channel's worker thread. Zero it, set @size, @scheme,
+ * @start and @stop.
+ */
+typedef struct zcrpc_resolver_ops {
+	size_t size;	    /**< sizeof(zcrpc_resolver_ops) */
+	const char *scheme; /**< letters, digits, '+', '-', '.'; <= 31 bytes */
+	/** Begin resolving @name (the target after "scheme:"): report the set
+	 * with zcrpc_resolver_set(), now or later, as often as it changes.
+	 * *@state is the resolver's, handed to the other hooks. A status
+	 * other than OK refuses the target: zcrpc_channel_create_target()
+	 * returns it (INVALID_ARGUMENT for a name that does not parse). */
+	zcrpc_status (*start)(zcrpc_resolver *r, const char *name,
+			      void **state, void *arg);
+	/** Resolve again: a backend failed, or @interval_ms passed. May be
+	 * NULL (a resolver that reports changes by itself). */
+	void (*refresh)(void *state, void *arg);
+	/** The channel goes: stop. After stop returns, @r is invalid and
+	 * zcrpc_resolver_set() with it must not be called (a resolver with a
+	 * thread of its own joins it here). */
+	void (*stop)(void *state, void *arg);
+	void *arg;
+	/** How often refresh runs besides failures; 0 = only on failures. */
+	int interval_ms;
+	/* New fields go here (0 must mean the old behaviour). */
+} zcrpc_resolver_ops;
+
+/**
+ * zcrpc_resolver_register - add @ops (copied, with its scheme) to the
+ * process's resolvers, for zcrpc_channel_create_target(). Any thread.
+ * ALREADY_EXISTS for a scheme taken (the built-in ipv4, ipv6, file too),
+ * INVALID_ARGUMENT (NULL, a short @size, no start or stop, a bad scheme),
+ * RESOURCE_EXHAUSTED (16 registered already, or no memory).
+ */
+ZCRPC_API zcrpc_status zcrpc_resolver_register(const zcrpc_resolver_ops *ops);
+
+/**
+ * zcrpc_resolver_set - the backends of @r's target are now @addrs[0..@n)
+ * (copied; duplicates count once). @n 0 with a status other than OK says
+ * why resolution failed (kept for the calls that find no backend: they
+ * fail UNAVAILABLE with @why in their message); a failed resolution
+ * keeps the set it had. Any thread: the set takes effect on the
+ * channel's worker thread, from a later progress call.
+ * INVALID_ARGUMENT for NULL @r, an address with a NULL, empty or too
+ * long host or port, or more than ZCRPC_MAX_BACKENDS; RESOURCE_EXHAUSTED
+ * (no memory). Nothing changes on an error.
+ */
+ZCRPC_API zcrpc_status zcrpc_resolver_set(zcrpc_resolver *r,
+					  const zcrpc_address *addrs, size_t n,
+					  zcrpc_status st, const char *why);
+
+/* ---- pickers ------------------------------------------------------------- */
+
+/** A backend's state, as the picker sees it. */
+typedef enum zcrpc_backend_state {
+	ZCRPC_BACKEND_IDLE = 0,	      /**< no connection; one may be made now */
+	ZCRPC_BACKEND_CONNECTING = 1, /**< its connection is being made */
+	ZCRPC_BACKEND_READY = 2,      /**< connected */
+	ZCRPC_BACKEND_DOWN = 3,	      /**< failed, waiting out its backoff:
+				       * not to be picked */
+} zcrpc_backend_state;
+
+/** One backend, as pickers and zcrpc_channel_get_backends() see it. The
+ * strings belong to the channel (valid until the set changes). */
+typedef struct zcrpc_backend_info {
+	size_t size; /**< bytes the library filled */
+	const char *host, *port;
+	zcrpc_backend_state state;
+	uint32_t in_flight; /**< calls alive on it (sent or waiting for it) */
+	uint32_t credits_used; /**< of its window: receive slots its calls hold at the server */
+	uint64_t picks;	       /**< calls (and retries) sent to it */
+	uint64_t calls_ok, calls_failed; /**< its attempts' outcomes */
+	/* New fields go here. */
+} zcrpc_backend_info;
+
+/**
+ * A load-balancing policy. Zero it, set @size, @name and @pick. Hooks run
+ * on the channel's worker thread.
+ */
+typedef struct zcrpc_picker_ops {
+	size_t size;	  /**< sizeof(zcrpc_picker_ops) */
+	const char *name; /**< for messages and zcrpc_channel_opts.lb_policy */
+	/** The backend set changed (also once at first, maybe with @n 0):
+	 * rebuild what the picker keeps, in *@state (NULL at first). May be
+	 * NULL. A status other than OK keeps the old state. */
+	zcrpc_status (*update)(void **state, const zcrpc_backend_info *b,
+			       size_t n, void *arg);
+	/** Pick for one call (@key: its zcrpc_call_opts.hash_key, or NULL):
+	 * an index in @b whose state is not DOWN, or -1 for none. @b is the
+	 * set last given to update, with state and load fresh. */
+	int (*pick)(void *state, const zcrpc_backend_info *b, size_t n,
+		    const void *key, size_t key_len, void *arg);
+	void (*destroy)(void *state, void *arg); /**< may be NULL */
+	void *arg;
+	/* New fields go here (NULL must mean the old behaviour). */
+} zcrpc_picker_ops;
+
+/* ---- channels over a target ---------------------------------------------- */
+
+/**
+ * zcrpc_channel_create_target - a channel to the servers @target names:
+ * - "ipv4:ADDR:PORT[,ADDR:PORT...]", "ipv6:[ADDR]:PORT[,...]": that list;
+ * - "file:PATH": one "HOST:PORT" or "[V6]:PORT" per line ('#' starts a
+ *   comment), re-read when the file changes (checked every second);
+ * - "SCHEME:NAME" of a resolver given to zcrpc_resolver_register();
+ * - "HOST:PORT" without a scheme: that one server, as
+ *   zcrpc_channel_create().
+ * @o (may be NULL) sets every backend's connection and the balancing
+ * (lb_policy, picker); strings are copied. A resolver that has not
+ * reported yet, or reported no backend, leaves calls without a backend:
+ * they wait (ZCRPC_CALL_WAIT_FOR_READY) or fail UNAVAILABLE.
+ * On success *@out is the caller's (zcrpc_channel_destroy()). Errors:
+ * INVALID_ARGUMENT (NULL, a target that does not parse, an unknown scheme
+ * or lb_policy, bad options), RESOURCE_EXHAUSTED, or what the resolver's
+ * start returned.
+ */
+ZCRPC_API zcrpc_status zcrpc_channel_create_target(zcrpc_worker *w,
+						   const char *target,
+						   const zcrpc_channel_opts *o,
+						   zcrpc_channel **out);
+
+/**
+ * zcrpc_channel_get_backends - copies up to @max of @ch's current backends
+ * into @out (each written through @info_size: pass sizeof(*out)), in the
+ * resolver's order; returns how many there are (a channel made by
+ * zcrpc_channel_create() has one). 0 for NULL @ch.
+ */
+ZCRPC_API size_t zcrpc_channel_get_backends(const zcrpc_channel *ch,
+					    zcrpc_backend_info *out,
+					    size_t max, size_t info_size);
+
+/* ---- retries ------------------------------------------------------------- */
+
+/** How a method's calls are retried. Initialise with
+ * zcrpc_retry_policy_init(). */
+typedef struct zcrpc_retry_policy {
+	size_t size;		 /**< sizeof(zcrpc_retry_policy), set by init */
+	uint32_t max_attempts;	 /**< 2..10 (the first attempt counts); default 3 */
+	int initial_backoff_ms;	 /**< before the second attempt; default 10 */
+	int max_backoff_ms;	 /**< cap of the doubling delay; default 1000 (jittered +-20 %) */
+	/** Statuses that retry: bit (1 << status); default
+	 * 1 << ZCRPC_UNAVAILABLE. */
+	uint32_t retryable;
+	/* New fields go here (0 must mean the old behaviour). */
+} zcrpc_retry_policy;
+
+ZCRPC_API void zcrpc_retry_policy_init_sized(zcrpc_retry_policy *p,
+					     size_t size);
+static inline void zcrpc_retry_policy_init(zcrpc_retry_policy *p)
+{
+	zcrpc_retry_policy_init_sized(p, sizeof(*p));
+}
+
+/**
+ * zcrpc_channel_set_retry - mark @method idempotent on @ch and retry its
+ * failed calls by @p (copied; NULL removes the mark). A call is attempted
+ * again, on a backend picked anew, after a status in p->retryable, while
+ * attempts remain and its deadline (which covers every attempt) has not
+ * passed. Calls of any method that provably never reached a server
+ * (never sent, or failed for want of a connection before a byte went)
+ * are retried without a policy, once per backend. Only for channels of
+ * zcrpc_channel_create_target(); before their first call: INVALID_ARGUMENT
+ * (NULL @ch, bad @p), FAILED_PRECONDITION (another channel, or calls were
+ * made), RESOURCE_EXHAUSTED (no memory, or 64 methods marked).
+ */
+ZCRPC_API zcrpc_status zcrpc_channel_set_retry(zcrpc_channel *ch,
+					       uint32_t method,
+					       const zcrpc_retry_policy *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZCRPC_BALANCE_H */

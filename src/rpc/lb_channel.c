@@ -1,0 +1,651 @@
+/* zcrpc — a target channel's life and its backend set: made from a target
+ * string (its resolver started, its picker chosen), the resolver's
+ * reports applied as a new set (backends kept by address, new ones given
+ * a subchannel, those gone retired until their calls end), each
+ * backend's state read off its subchannel, the pick, the timer that
+ * drives resolution, reconnection and the waiting calls, and the
+ * counters summed over the backends. The calls are in lb_call.c. */
+#include "lb_internal.h"
+#include "stream_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS 1000000LL
+/* While something waits (a backend down, a call without one) the timer
+ * looks again at least this often. */
+#define LB_POLL_NS (100 * MS)
+/* A backend's failure asks the resolver again, at most this often. */
+#define LB_REFRESH_MIN_NS (100 * MS)
+
+static void on_timer(struct zcrpc__timer *t, int64_t now);
+
+void zcrpc__lb_arm(struct zcrpc__lb *lb, int64_t due_ns)
+{
+	zcrpc__timer_start(lb->ch->w, &lb->timer, due_ns);
+}
+
+zcrpc_backend_state zcrpc__lb_backend_state(const struct zcrpc__backend *be)
+{
+	const zcrpc_channel *sub = be->sub;
+
+	if (sub->conn)
+		return sub->conn_up ? ZCRPC_BACKEND_READY
+				    : ZCRPC_BACKEND_CONNECTING;
+	if (zcrpc__now_ns() < sub->next_attempt_ns)
+		return ZCRPC_BACKEND_DOWN;
+	return ZCRPC_BACKEND_IDLE;
+}
+
+static void fill_view(const struct zcrpc__backend *be, zcrpc_backend_info *v)
+{
+	const zcrpc_channel *sub = be->sub;
+
+	v->size = sizeof(*v);
+	v->host = be->host;
+	v->port = be->port;
+	v->state = zcrpc__lb_backend_state(be);
+	v->in_flight = sub->st.in_flight;
+	v->credits_used = sub->st.in_flight - sub->st.pending;
+	v->picks = be->picks;
+	v->calls_ok = be->ok;
+	v->calls_failed = be->failed;
+}
+
+struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
+				      size_t key_len)
+{
+	size_t i;
+	int idx;
+
+	if (!lb->n)
+		return NULL;
+	for (i = 0; i < lb->n; i++)
+		fill_view(lb->b[i], &lb->view[i]);
+	idx = lb->picker.pick(lb->pstate, lb->view, lb->n, key, key_len,
+			      lb->picker.arg);
+	if (idx < 0 || (size_t)idx >= lb->n ||
+	    lb->view[idx].state == ZCRPC_BACKEND_DOWN)
+		return NULL;
+	return lb->b[idx];
+}
+
+void zcrpc__lb_refresh_soon(struct zcrpc__lb *lb)
+{
+	int64_t now = zcrpc__now_ns();
+
+	if (!lb->rops.refresh)
+		return;
+	if (!lb->next_refresh_ns || lb->next_refresh_ns > now + LB_REFRESH_MIN_NS)
+		lb->next_refresh_ns = now + LB_REFRESH_MIN_NS;
+	zcrpc__lb_arm(lb, lb->next_refresh_ns);
+}
+
+/* Adds @sub's counters (all but the calls', which the target channel
+ * keeps itself) to @sum. */
+static void add_counters(zcrpc_channel_stats *sum, const zcrpc_channel_stats *s)
+{
+	sum->late_replies += s->late_replies;
+	sum->queue_full += s->queue_full;
+	sum->reconnects += s->reconnects;
+	sum->copied_bytes += s->copied_bytes;
+	sum->grant_timeouts += s->grant_timeouts;
+	sum->bulk_bad_writes += s->bulk_bad_writes;
+	sum->protocol_errors += s->protocol_errors;
+	sum->cancels_lost += s->cancels_lost;
+	sum->streams_started += s->streams_started;
+	sum->streams_ok += s->streams_ok;
+	sum->streams_failed += s->streams_failed;
+	sum->streams_open += s->streams_open;
+	sum->stream_msgs_sent += s->stream_msgs_sent;
+	sum->stream_msgs_recv += s->stream_msgs_recv;
+	sum->stream_bytes_sent += s->stream_bytes_sent;
+	sum->stream_bytes_recv += s->stream_bytes_recv;
+	sum->stream_bulk_msgs += s->stream_bulk_msgs;
+	sum->stream_batches += s->stream_batches;
+	sum->stream_batched_frames += s->stream_batched_frames;
+	sum->stream_bulk_msgs_recv += s->stream_bulk_msgs_recv;
+}
+
+static void backend_destroy(struct zcrpc__lb *lb, struct zcrpc__backend *be)
+{
+	zcrpc_channel_stats gone = be->sub->st;
+
+	gone.streams_open = 0; /* none is left once it goes */
+	zcrpc_channel_destroy(be->sub);
+	add_counters(&lb->gone, &gone);
+	free(be);
+}
+
+static int backend_busy(const struct zcrpc__backend *be)
+{
+	return be->sub->st.in_flight ||
+	       !zcrpc__list_empty(&be->sub->live_streams);
+}
+
+void zcrpc__lb_reap_retired(struct zcrpc__lb *lb)
+{
+	struct zcrpc__list *n, *next;
+
+	zcrpc__list_foreach_safe(n, next, &lb->retired) {
+		struct zcrpc__backend *be =
+			zcrpc__container_of(n, struct zcrpc__backend, link);
+
+		if (!backend_busy(be)) {
+			zcrpc__list_remove(&be->link);
+			backend_destroy(lb, be);
+		}
+	}
+}
+
+/* The subchannels' options: the target channel's, its copies named. */
+static void sub_opts(const zcrpc_channel *ch, zcrpc_channel_opts *so)
+{
+	*so = ch->o;
+	so->identity = ch->o.psk && ch->identity[0] ? ch->identity : NULL;
+	so->device = ch->o.device ? ch->device : NULL;
+	so->src_addr = ch->src_addr;
+	so->lb_policy = NULL;
+	so->picker = NULL;
+}
+
+static struct zcrpc__backend *backend_new(struct zcrpc__lb *lb,
+					  const zcrpc_address *a)
+{
+	struct zcrpc__backend *be = calloc(1, sizeof(*be));
+	zcrpc_channel_opts so;
+
+	if (!be)
+		return NULL;
+	snprintf(be->host, sizeof(be->host), "%s", a->host);
+	snprintf(be->port, sizeof(be->port), "%s", a->port);
+	zcrpc__list_init(&be->link);
+	sub_opts(lb->ch, &so);
+	if (zcrpc_channel_create(lb->ch->w, be->host, be->port, &so,
+				 &be->sub) != ZCRPC_OK) {
+		free(be);
+		return NULL;
+	}
+	be->sub->parent = lb->ch;
+	be->sub->ics = lb->ch->ics;
+	return be;
+}
+
+/* The backend of address @a among the set and the retired, or NULL. */
+static struct zcrpc__backend *find_backend(struct zcrpc__lb *lb,
+					   const zcrpc_address *a)
+{
+	struct zcrpc__list *n;
+	size_t i;
+
+	for (i = 0; i < lb->n; i++)
+		if (!strcmp(lb->b[i]->host, a->host) &&
+		    !strcmp(lb->b[i]->port, a->port))
+			return lb->b[i];
+	zcrpc__list_foreach(n, &lb->retired) {
+		struct zcrpc__backend *be =
+			zcrpc__container_of(n, struct zcrpc__backend, link);
+
+		if (!strcmp(be->host, a->host) && !strcmp(be->port, a->port))
+			return be;
+	}
+	return NULL;
+}
+
+/* Makes @a[0..@n) the set: backends kept by address (from the set or the
+ * retired), new ones made, those left out retired (or destroyed when no
+ * call is on them). On failure (no memory, the picker refused) nothing
+ * changed. */
+static zcrpc_status set_backends(struct zcrpc__lb *lb, const zcrpc_address *a,
+				 size_t n)
+{
+	struct zcrpc__backend **nb = calloc(n ? n : 1, sizeof(*nb));
+	zcrpc_backend_info *nv = calloc(n ? n : 1, sizeof(*nv));
+	unsigned char *fresh = calloc(n ? n : 1, 1);
+	void *pstate = lb->pstate;
+	size_t i, j, k = 0;
+
+	if (!nb || !nv || !fresh)
+		goto fail;
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < k; j++) /* duplicates count once */
+			if (!strcmp(nb[j]->host, a[i].host) &&
+			    !strcmp(nb[j]->port, a[i].port))
+				break;
+		if (j < k)
+			continue;
+		nb[k] = find_backend(lb, &a[i]);
+		if (!nb[k]) {
+			nb[k] = backend_new(lb, &a[i]);
+			if (!nb[k])
+				goto fail;
+			fresh[k] = 1;
+		}
+		k++;
+	}
+	for (i = 0; i < k; i++)
+		fill_view(nb[i], &nv[i]);
+	if (lb->picker.update &&
+	    lb->picker.update(&pstate, nv, k, lb->picker.arg) != ZCRPC_OK)
+		goto fail;
+	lb->pstate = pstate;
+	/* commit: the kept leave the retired; the old left out retire */
+	for (i = 0; i < k; i++)
+		if (zcrpc__list_linked(&nb[i]->link))
+			zcrpc__list_remove(&nb[i]->link);
+	for (i = 0; i < lb->n; i++) {
+		struct zcrpc__backend *be = lb->b[i];
+
+		for (j = 0; j < k && nb[j] != be; j++)
+			;
+		if (j < k)
+			continue;
+		if (backend_busy(be))
+			zcrpc__list_push_back(&lb->retired, &be->link);
+		else
+			backend_destroy(lb, be);
+	}
+	free(lb->b);
+	free(lb->view);
+	free(fresh);
+	lb->b = nb;
+	lb->view = nv;
+	lb->n = k;
+	return ZCRPC_OK;
+
+fail:
+	for (i = 0; nb && fresh && i < k; i++)
+		if (fresh[i])
+			backend_destroy(lb, nb[i]);
+	free(nb);
+	free(nv);
+	free(fresh);
+	return ZCRPC_RESOURCE_EXHAUSTED;
+}
+
+/* Starts connecting the backends that are IDLE (policies that spread
+ * calls over all of them want them all ready). */
+static void kick_idle(struct zcrpc__lb *lb)
+{
+	size_t i;
+
+	if (!strcmp(lb->picker.name, "pick_first"))
+		return;
+	for (i = 0; i < lb->n; i++)
+		if (zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_IDLE)
+			zcrpc__channel_connect(lb->b[i]->sub);
+}
+
+void zcrpc__lb_apply_report(struct zcrpc__lb *lb)
+{
+	struct zcrpc_resolver *r = lb->res;
+	zcrpc_address *a;
+	size_t n;
+	zcrpc_status st;
+	char why[sizeof(r->why)];
+
+	pthread_mutex_lock(&r->mu);
+	if (!r->has_report) {
+		pthread_mutex_unlock(&r->mu);
+		return;
+	}
+	a = r->addrs;
+	n = r->n;
+	st = r->st;
+	snprintf(why, sizeof(why), "%s", r->why);
+	r->addrs = NULL;
+	r->n = 0;
+	r->has_report = 0;
+	pthread_mutex_unlock(&r->mu);
+
+	lb->resolved = 1;
+	if (st != ZCRPC_OK) { /* a failed resolution keeps the set */
+		lb->res_status = st;
+		snprintf(lb->res_why, sizeof(lb->res_why), "%s", why);
+	} else if (set_backends(lb, a, n) != ZCRPC_OK) {
+		lb->res_status = ZCRPC_RESOURCE_EXHAUSTED;
+		snprintf(lb->res_why, sizeof(lb->res_why),
+			 "out of memory applying the resolver's %zu addresses",
+			 n);
+	} else {
+		lb->res_status = ZCRPC_OK;
+		snprintf(lb->res_why, sizeof(lb->res_why), "%s",
+			 n ? "" : "the resolver returned no addresses");
+	}
+	free(a);
+	kick_idle(lb);
+	zcrpc__lb_arm(lb, zcrpc__now_ns()); /* waiting calls may go now */
+}
+
+/* ---- the resolver's handle ---- */
+
+static void res_unref(struct zcrpc_resolver *r)
+{
+	int last;
+
+	pthread_mutex_lock(&r->mu);
+	last = --r->refs == 0;
+	pthread_mutex_unlock(&r->mu);
+	if (!last)
+		return;
+	free(r->addrs);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
+
+static void report_posted(zcrpc_worker *w, void *arg)
+{
+	struct zcrpc_resolver *r = arg;
+	struct zcrpc__lb *lb;
+
+	(void)w;
+	pthread_mutex_lock(&r->mu);
+	r->posted = 0;
+	lb = r->lb;
+	pthread_mutex_unlock(&r->mu);
+	if (lb) /* on the worker's thread: the channel cannot go meanwhile */
+		zcrpc__lb_apply_report(lb);
+	res_unref(r);
+}
+
+zcrpc_status zcrpc_resolver_set(zcrpc_resolver *r, const zcrpc_address *addrs,
+				size_t n, zcrpc_status st, const char *why)
+{
+	zcrpc_address *a;
+	size_t i, bytes = 0, hl, pl;
+	char *p;
+	int post;
+
+	if (!r || (n && !addrs) || n > ZCRPC_MAX_BACKENDS)
+		return ZCRPC_INVALID_ARGUMENT;
+	for (i = 0; i < n; i++) {
+		if (!addrs[i].host || !addrs[i].port)
+			return ZCRPC_INVALID_ARGUMENT;
+		hl = strlen(addrs[i].host);
+		pl = strlen(addrs[i].port);
+		if (!hl || hl > ZCRPC_HOST_MAX || !pl || pl > ZCRPC_PORT_MAX)
+			return ZCRPC_INVALID_ARGUMENT;
+		bytes += hl + pl + 2;
+	}
+	a = malloc(n * sizeof(*a) + bytes + 1);
+	if (!a)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	p = (char *)(a + n);
+	for (i = 0; i < n; i++) {
+		hl = strlen(addrs[i].host) + 1;
+		pl = strlen(addrs[i].port) + 1;
+		a[i].host = memcpy(p, addrs[i].host, hl);
+		p += hl;
+		a[i].port = memcpy(p, addrs[i].port, pl);
+		p += pl;
+	}
+	pthread_mutex_lock(&r->mu);
+	free(r->addrs);
+	r->addrs = a;
+	r->n = n;
+	r->st = st;
+	snprintf(r->why, sizeof(r->why), "%s",
+		 why ? why : st == ZCRPC_OK ? "" : zcrpc_status_str(st));
+	r->has_report = 1;
+	post = r->lb && !r->posted;
+	if (post) {
+		r->posted = 1;
+		r->refs++;
+	}
+	pthread_mutex_unlock(&r->mu);
+	if (post && zcrpc_worker_post(r->w, report_posted, r) != ZCRPC_OK) {
+		pthread_mutex_lock(&r->mu);
+		r->posted = 0;
+		r->refs--;
+		pthread_mutex_unlock(&r->mu);
+		/* the timer's next look applies it */
+	}
+	return ZCRPC_OK;
+}
+
+/* ---- the channel ---- */
+
+static void on_timer(struct zcrpc__timer *t, int64_t now)
+{
+	struct zcrpc__lb *lb = zcrpc__container_of(t, struct zcrpc__lb, timer);
+	int64_t due = 0, d;
+	size_t i;
+	int waiting = 0;
+
+	zcrpc__lb_apply_report(lb);
+	if (lb->rops.refresh && lb->next_refresh_ns &&
+	    now >= lb->next_refresh_ns) {
+		lb->next_refresh_ns = lb->rops.interval_ms
+					      ? now + lb->rops.interval_ms * MS
+					      : 0;
+		lb->rops.refresh(lb->rstate, lb->rops.arg);
+	}
+	kick_idle(lb);
+	zcrpc__lb_reap_retired(lb);
+	d = zcrpc__lb_run_calls(lb, now);
+	if (d)
+		due = d;
+	for (i = 0; i < lb->n; i++) /* a backend's backoff ends */
+		if (zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_DOWN &&
+		    (!due || lb->b[i]->sub->next_attempt_ns < due))
+			due = lb->b[i]->sub->next_attempt_ns;
+	waiting = !zcrpc__list_empty(&lb->waiting) ||
+		  !zcrpc__list_empty(&lb->retired);
+	if (waiting && (!due || due > now + LB_POLL_NS))
+		due = now + LB_POLL_NS;
+	if (lb->next_refresh_ns && (!due || lb->next_refresh_ns < due))
+		due = lb->next_refresh_ns;
+	if (due)
+		zcrpc__lb_arm(lb, due > now ? due : now + 1);
+}
+
+zcrpc_status zcrpc_channel_create_target(zcrpc_worker *w, const char *target,
+					 const zcrpc_channel_opts *o,
+					 zcrpc_channel **out)
+{
+	struct zcrpc__lb *lb = NULL;
+	struct zcrpc_resolver *r = NULL;
+	const zcrpc_picker_ops *pk;
+	const char *name;
+	zcrpc_channel *ch;
+	zcrpc_status st;
+
+	if (!w || !target || !out)
+		return ZCRPC_INVALID_ARGUMENT;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return ZCRPC_RESOURCE_EXHAUSTED;
+	st = zcrpc__channel_load_opts(ch, o);
+	if (st != ZCRPC_OK)
+		goto err;
+	st = ZCRPC_INVALID_ARGUMENT;
+	if (ch->o.picker) {
+		pk = ch->o.picker;
+		if (pk->size < offsetof(zcrpc_picker_ops, arg) + sizeof(void *) ||
+		    !pk->name || !pk->pick)
+			goto err;
+	} else {
+		pk = zcrpc__lb_builtin_picker(ch->o.lb_policy ? ch->o.lb_policy
+							      : "pick_first");
+		if (!pk)
+			goto err;
+	}
+	st = ZCRPC_RESOURCE_EXHAUSTED;
+	lb = calloc(1, sizeof(*lb));
+	r = calloc(1, sizeof(*r));
+	if (!lb || !r || !(lb->target = strdup(target)))
+		goto err;
+	lb->ch = ch;
+	ch->lb = lb;
+	ch->w = w;
+	ch->down_status = ZCRPC_UNAVAILABLE;
+	lb->picker = *pk;
+	ch->o.picker = NULL;
+	ch->o.lb_policy = NULL; /* the caller's strings are not kept */
+	lb->retry_buffer = ch->o.retry_buffer ? ch->o.retry_buffer : 65536;
+	lb->rng = (uint64_t)zcrpc__now_ns() | 1;
+	zcrpc__list_init(&lb->retired);
+	zcrpc__list_init(&lb->waiting);
+	zcrpc__list_init(&lb->done);
+	lb->timer.fn = on_timer;
+	if (zcrpc__call_table_init(&lb->calls, ch->o.max_calls,
+				   sizeof(struct lbcall), NULL, NULL) != ZCRPC_OK)
+		goto err_table;
+	if (lb->picker.update &&
+	    lb->picker.update(&lb->pstate, NULL, 0, lb->picker.arg) != ZCRPC_OK)
+		goto err_picker;
+	pthread_mutex_init(&r->mu, NULL);
+	r->refs = 1;
+	r->w = w;
+	r->lb = lb;
+	lb->res = r;
+	st = zcrpc__target_resolver(lb->target, &lb->rops, &name);
+	if (st == ZCRPC_OK)
+		st = lb->rops.start(r, name, &lb->rstate, lb->rops.arg);
+	if (st != ZCRPC_OK) {
+		pthread_mutex_lock(&r->mu);
+		r->lb = NULL;
+		pthread_mutex_unlock(&r->mu);
+		res_unref(r);
+		r = NULL;
+		goto err_picker;
+	}
+	if (lb->rops.refresh && lb->rops.interval_ms)
+		lb->next_refresh_ns = zcrpc__now_ns() + lb->rops.interval_ms * MS;
+	zcrpc__lb_apply_report(lb); /* a static list is there already */
+	zcrpc__lb_arm(lb, zcrpc__now_ns());
+	*out = ch;
+	return ZCRPC_OK;
+
+err_picker:
+	if (lb->picker.destroy)
+		lb->picker.destroy(lb->pstate, lb->picker.arg);
+	while (lb->n)
+		backend_destroy(lb, lb->b[--lb->n]);
+	free(lb->b);
+	free(lb->view);
+	zcrpc__call_table_fini(&lb->calls);
+err_table:
+	st = st == ZCRPC_OK ? ZCRPC_RESOURCE_EXHAUSTED : st;
+err:
+	if (lb)
+		free(lb->target);
+	free(lb);
+	free(r);
+	free(ch->src_addr);
+	explicit_bzero(ch->psk, sizeof(ch->psk));
+	free(ch);
+	return st;
+}
+
+void zcrpc__lb_destroy(zcrpc_channel *ch)
+{
+	struct zcrpc__lb *lb = ch->lb;
+	struct zcrpc_resolver *r = lb->res;
+	struct zcrpc__list *n;
+
+	ch->destroying = 1;
+	lb->rops.stop(lb->rstate, lb->rops.arg);
+	pthread_mutex_lock(&r->mu);
+	r->lb = NULL;
+	pthread_mutex_unlock(&r->mu);
+	res_unref(r);
+	zcrpc__lb_cancel_all(lb);
+	while (lb->n) /* their calls' callbacks run inside */
+		backend_destroy(lb, lb->b[--lb->n]);
+	while ((n = zcrpc__list_first(&lb->retired))) {
+		zcrpc__list_remove(n);
+		backend_destroy(lb, zcrpc__container_of(n, struct zcrpc__backend,
+							 link));
+	}
+	zcrpc__lb_run_calls(lb, zcrpc__now_ns()); /* results that came */
+	zcrpc__timer_stop(ch->w, &lb->timer);
+	if (lb->picker.destroy)
+		lb->picker.destroy(lb->pstate, lb->picker.arg);
+	zcrpc__lb_calls_fini(lb);
+	free(lb->b);
+	free(lb->view);
+	free(lb->target);
+	free(lb);
+	free(ch->src_addr);
+	explicit_bzero(ch->psk, sizeof(ch->psk));
+	free(ch);
+}
+
+void zcrpc__lb_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *sum)
+{
+	const struct zcrpc__lb *lb = ch->lb;
+	struct zcrpc__list *n;
+	size_t i;
+
+	*sum = ch->st;
+	add_counters(sum, &lb->gone);
+	for (i = 0; i < lb->n; i++)
+		add_counters(sum, &lb->b[i]->sub->st);
+	zcrpc__list_foreach(n, &lb->retired)
+		add_counters(sum, &zcrpc__container_of(n, struct zcrpc__backend,
+						       link)->sub->st);
+}
+
+size_t zcrpc_channel_get_backends(const zcrpc_channel *ch,
+				  zcrpc_backend_info *out, size_t max,
+				  size_t info_size)
+{
+	struct zcrpc__backend one;
+	zcrpc_backend_info v;
+	size_t i, n;
+
+	if (!ch)
+		return 0;
+	if (!ch->lb) { /* the one server */
+		memset(&one, 0, sizeof(one));
+		snprintf(one.host, sizeof(one.host), "%s", ch->host);
+		snprintf(one.port, sizeof(one.port), "%s", ch->port);
+		one.sub = (zcrpc_channel *)(uintptr_t)ch;
+		one.ok = ch->st.calls_ok;
+		one.failed = ch->st.calls_failed;
+		one.picks = ch->st.calls_started;
+		if (max && out) {
+			fill_view(&one, &v);
+			v.host = ch->host; /* one's strings go with it */
+			v.port = ch->port;
+			ZCRPC__ABI_OUT(out, info_size, &v);
+		}
+		return 1;
+	}
+	n = ch->lb->n;
+	for (i = 0; out && i < n && i < max; i++) {
+		fill_view(ch->lb->b[i], &v);
+		ZCRPC__ABI_OUT((char *)out + i * info_size, info_size, &v);
+	}
+	return n;
+}
+
+void zcrpc__lb_interceptors_changed(zcrpc_channel *ch)
+{
+	size_t i;
+
+	for (i = 0; i < ch->lb->n; i++)
+		ch->lb->b[i]->sub->ics = ch->ics;
+}
+
+zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
+				    const zcrpc_stream_opts *o,
+				    const zcrpc_stream_handlers *h,
+				    zcrpc_stream **out)
+{
+	struct zcrpc__backend *be;
+	zcrpc_status st;
+
+	zcrpc__lb_apply_report(ch->lb);
+	be = zcrpc__lb_pick(ch->lb, NULL, 0);
+	if (!be) {
+		ch->st.no_backend++;
+		return ZCRPC_UNAVAILABLE;
+	}
+	st = zcrpc_stream_start(be->sub, method, o, h, out);
+	if (st == ZCRPC_OK)
+		be->picks++;
+	return st;
+}

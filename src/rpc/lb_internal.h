@@ -1,0 +1,185 @@
+/* zcrpc — what the files of target channels share (lb_channel.c,
+ * lb_call.c, lb_pickers.c, target.c, resolve_file.c): a target channel
+ * (zcrpc/balance.h) is a zcrpc_channel whose @lb is set. It owns one
+ * ordinary channel per backend (a "subchannel": its connection, backoff,
+ * GOAWAY handling and calls are the single-server channel's, unchanged),
+ * a resolver that reports the backend set, a picker, and a table of its
+ * own calls: each lives while its attempts go to subchannels, so that a
+ * call that failed without reaching a server (or by a retry policy) is
+ * attempted again on a backend picked anew. docs/balancing.md. */
+#ifndef ZCRPC_RPC_LB_INTERNAL_H
+#define ZCRPC_RPC_LB_INTERNAL_H
+
+#include "zcrpc/balance.h"
+#include "zcrpc/stream.h"
+
+#include "../core/list.h"
+#include "call_table.h"
+#include "client_internal.h"
+
+#include <pthread.h>
+
+/* One backend of the set: its subchannel and what it did. Its address
+ * strings are its own (the views point at them). */
+struct zcrpc__backend {
+	char host[ZCRPC_HOST_MAX + 1];
+	char port[ZCRPC_PORT_MAX + 1];
+	zcrpc_channel *sub;
+	uint64_t picks, ok, failed;
+	struct zcrpc__list link; /* lb->retired once out of the set */
+};
+
+/* The channel's end of a resolution (zcrpc_resolver): shared with the
+ * resolver, which may report from any thread, so it is reference counted
+ * (the channel holds one, each pending report one) and its set is handed
+ * over under @mu. */
+struct zcrpc_resolver {
+	pthread_mutex_t mu;
+	int refs;
+	struct zcrpc__lb *lb; /* NULL once the channel stopped it */
+	zcrpc_worker *w;
+	/* the latest report not yet applied */
+	int has_report, posted;
+	zcrpc_address *addrs; /* strings in the same allocation */
+	size_t n;
+	zcrpc_status st;
+	char why[200];
+};
+
+enum lbstate {
+	LB_FREE = 0,
+	LB_LIVE,    /* an attempt is at a subchannel */
+	LB_WAITING, /* on lb->waiting: for a backend, or a retry's backoff */
+	LB_DONE,    /* on lb->done: its callback (the lb's own result) waits */
+};
+
+struct lbcall {
+	uint8_t state;
+	unsigned kept : 1;	/* req holds a copy of the payload */
+	unsigned cancelled : 1; /* by the caller: no further attempt */
+	unsigned wfr : 1;	/* ZCRPC_CALL_WAIT_FOR_READY */
+	struct zcrpc__list link; /* lb->waiting or lb->done */
+	uint32_t method;
+	zcrpc_call_cb cb;
+	void *arg;
+	/* the request, for every attempt */
+	void *req;
+	size_t len;
+	zcrpc_fill_fn fill; /* the first attempt's, when not kept */
+	void *fill_ctx;
+	zcrpc_call_opts co; /* md, attachment, reply_into point below */
+	zcrpc_md *md;	    /* copies (with their bytes) */
+	zcrpc_bulk att, rinto;
+	void *key; /* copy of co.hash_key */
+	int64_t deadline_ns, retry_at_ns;
+	uint32_t attempts, transparent;
+	int backoff_ms;
+	const zcrpc_retry_policy *pol; /* NULL: not idempotent */
+	struct zcrpc__backend *be;     /* LIVE: where the attempt is */
+	zcrpc_call_id sub_id;
+	/* LB_DONE: the result to deliver */
+	zcrpc_status status;
+	char message[256];
+};
+
+struct lbpolicy {
+	uint32_t method;
+	zcrpc_retry_policy p;
+};
+
+#define ZCRPC__LB_MAX_POLICIES 64
+
+struct zcrpc__lb {
+	zcrpc_channel *ch; /* the target channel */
+	char *target;
+	/* the set, in the resolver's order; pointers stay while in it */
+	struct zcrpc__backend **b;
+	zcrpc_backend_info *view; /* n entries, for the picker */
+	size_t n;
+	struct zcrpc__list retired; /* out of the set, calls still on them */
+	/* the picker */
+	zcrpc_picker_ops picker;
+	void *pstate;
+	/* the resolver */
+	zcrpc_resolver_ops rops;
+	void *rstate;
+	struct zcrpc_resolver *res;
+	int64_t next_refresh_ns;
+	zcrpc_status res_status; /* why the set is empty, or OK */
+	char res_why[200];
+	int resolved;		 /* a report came */
+	/* calls */
+	struct zcrpc__call_table calls; /* of struct lbcall */
+	struct zcrpc__list waiting;	/* LB_WAITING, in order */
+	struct zcrpc__list done;	/* LB_DONE, in order */
+	struct lbpolicy pol[ZCRPC__LB_MAX_POLICIES];
+	size_t n_pol;
+	size_t retry_buffer;
+	struct zcrpc__timer timer;
+	uint64_t rng;
+	/* counters of subchannels gone, so the sums stay monotonic */
+	zcrpc_channel_stats gone;
+};
+
+/* ---- lb_channel.c ---- */
+/* Applies @r's pending report (on the worker's thread). */
+void zcrpc__lb_apply_report(struct zcrpc__lb *lb);
+/* The state of @be now (and starts its connection when @kick and it is
+ * IDLE). */
+zcrpc_backend_state zcrpc__lb_backend_state(const struct zcrpc__backend *be);
+/* Refreshes lb->view's state and load; returns the picker's choice, or
+ * NULL when none is usable. */
+struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
+				      size_t key_len);
+/* Arms the channel's timer at @due_ns (or keeps an earlier one). */
+void zcrpc__lb_arm(struct zcrpc__lb *lb, int64_t due_ns);
+/* Asks the resolver again (a backend failed): at most every 100 ms. */
+void zcrpc__lb_refresh_soon(struct zcrpc__lb *lb);
+/* Destroys retired backends whose calls all ended. */
+void zcrpc__lb_reap_retired(struct zcrpc__lb *lb);
+
+void zcrpc__lb_destroy(zcrpc_channel *ch);
+void zcrpc__lb_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *sum);
+void zcrpc__lb_interceptors_changed(zcrpc_channel *ch);
+zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
+				    const zcrpc_stream_opts *o,
+				    const zcrpc_stream_handlers *h,
+				    zcrpc_stream **out);
+zcrpc_status zcrpc__channel_load_opts(zcrpc_channel *ch,
+				      const zcrpc_channel_opts *o);
+
+/* ---- lb_call.c ---- */
+zcrpc_status zcrpc__lb_call_start(zcrpc_channel *ch, uint32_t method,
+				  size_t len, zcrpc_fill_fn fill,
+				  void *fill_ctx, const zcrpc_call_opts *o,
+				  zcrpc_call_cb cb, void *arg,
+				  zcrpc_call_id *id);
+zcrpc_status zcrpc__lb_call_cancel(zcrpc_channel *ch, zcrpc_call_id id);
+/* Attempts the waiting calls whose time came or that may find a backend
+ * now; delivers the lb's own results; returns the next due time (0 none). */
+int64_t zcrpc__lb_run_calls(struct zcrpc__lb *lb, int64_t now);
+/* Completes every call CANCELLED (the channel goes). */
+void zcrpc__lb_cancel_all(struct zcrpc__lb *lb);
+void zcrpc__lb_calls_fini(struct zcrpc__lb *lb);
+
+/* ---- lb_pickers.c ---- */
+/* The built-in policy named @name, or NULL. */
+const zcrpc_picker_ops *zcrpc__lb_builtin_picker(const char *name);
+
+/* ---- target.c ---- */
+/* Parses @target into its resolver's ops (a copy) and the name after the
+ * scheme (*@name points into @target). INVALID_ARGUMENT when it does not
+ * parse or names no resolver. */
+zcrpc_status zcrpc__target_resolver(const char *target,
+				    zcrpc_resolver_ops *ops,
+				    const char **name);
+/* Parses one "HOST:PORT" / "[V6]:PORT" (@len bytes at @s) into @host and
+ * @port; nonzero when it does not parse. @v6: 1 brackets required, 0 a
+ * bare IPv4/name, -1 either. */
+int zcrpc__target_parse_hostport(const char *s, size_t len, int v6,
+				 char *host, char *port);
+
+/* ---- resolve_file.c ---- */
+extern const zcrpc_resolver_ops zcrpc__resolve_file;
+
+#endif /* ZCRPC_RPC_LB_INTERNAL_H */

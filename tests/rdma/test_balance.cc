@@ -1,0 +1,686 @@
+// Channels over many servers (issue 16; docs/balancing.md), over rxe with
+// server processes of zcrpc_test_lb_peer in the guest: round_robin spreads
+// calls evenly; a killed server's calls fail once (or are retried when the
+// method is idempotent) and the rest go to the others, none completing or
+// running twice, and the server restarted is picked again;
+// least_outstanding starves a stopped server; ring_hash keeps each key on
+// its server and moves only a removed server's keys; the file: resolver
+// adds and removes servers; bad targets and empty resolutions fail
+// clearly.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fault_util.h"
+#include "rdma_env.h"
+#include "zcrpc/balance.h"
+#include "zcrpc/rpc.h"
+
+using namespace std::chrono;
+using namespace std::chrono_literals;
+
+namespace
+{
+
+const char *kWho = "/lb.Test/Who";
+const char *kFail = "/lb.Test/Fail";
+const char *kStats = "/lb.Test/Stats";
+
+std::string LbPeer()
+{
+	return ZCRPC_TEST_LB_PEER;
+}
+
+// One zcrpc_test_lb_peer process.
+struct Peer {
+	std::string name;
+	uint16_t port = 0;
+	std::unique_ptr<Child> child;
+
+	bool Start(const std::string &addr, const std::string &nm, uint16_t p = 0)
+	{
+		name = nm;
+		child = std::make_unique<Child>();
+		if (!SpawnChild({LbPeer(), "server", addr, std::to_string(p), nm}, true,
+				child.get()))
+			return false;
+		std::string line = child->ReadLine(Scaled(10000));
+		unsigned v = 0;
+		if (std::sscanf(line.c_str(), "listening %u", &v) != 1)
+			return false;
+		port = static_cast<uint16_t>(v);
+		return true;
+	}
+};
+
+// What one call did, by its request id.
+struct Outcome {
+	int completions = 0;
+	zcrpc_status status = ZCRPC_OK;
+	std::string server, message;
+};
+
+// A client worker and a target channel over @target.
+struct Client {
+	zcrpc_worker *w = nullptr;
+	zcrpc_channel *ch = nullptr;
+	std::map<uint64_t, Outcome> out;
+	uint64_t next_id = 1;
+	int live = 0;
+
+	zcrpc_status Open(const std::string &target, const char *policy,
+			  int keepalive_ms = 200)
+	{
+		zcrpc_worker_opts wo;
+		zcrpc_worker_opts_init(&wo);
+		wo.keepalive_ms = static_cast<uint32_t>(keepalive_ms);
+		zcrpc_status st = zcrpc_worker_create(&wo, &w);
+		if (st != ZCRPC_OK)
+			return st;
+		zcrpc_channel_opts o;
+		zcrpc_channel_opts_init(&o);
+		o.lb_policy = policy;
+		o.backoff_initial_ms = 50;
+		o.backoff_max_ms = 400;
+		o.connect_timeout_ms = 2000;
+		return zcrpc_channel_create_target(w, target.c_str(), &o, &ch);
+	}
+
+	static void Done(zcrpc_channel *, const zcrpc_reply *r, void *arg)
+	{
+		auto *ctx = static_cast<std::pair<Client *, uint64_t> *>(arg);
+		Outcome &o = ctx->first->out[ctx->second];
+		o.completions++;
+		o.status = r->status;
+		o.message = r->message ? r->message : "";
+		o.server.assign(static_cast<const char *>(r->data), r->len);
+		ctx->first->live--;
+		delete ctx;
+	}
+
+	// Starts one call of @method with a fresh request id (and @key).
+	zcrpc_status Start(const char *method, const std::string *key = nullptr,
+			   int64_t timeout_us = 5000000, uint64_t flags = 0)
+	{
+		uint64_t id = next_id++;
+		std::string req(reinterpret_cast<const char *>(&id), 8);
+		if (key)
+			req += *key;
+		zcrpc_call_opts co;
+		zcrpc_call_opts_init(&co);
+		co.timeout_us = timeout_us;
+		co.flags = flags;
+		if (key) {
+			co.hash_key = key->data();
+			co.hash_key_len = key->size();
+		}
+		auto *ctx = new std::pair<Client *, uint64_t>(this, id);
+		zcrpc_status st = zcrpc_call_async(ch, zcrpc_method_id(method), req.data(),
+						   req.size(), &co, Done, ctx, nullptr);
+		if (st != ZCRPC_OK)
+			delete ctx;
+		else
+			live++;
+		return st;
+	}
+
+	// Keeps @depth calls in flight until @n more completed (or @t).
+	bool Load(int n, int depth, milliseconds t, const char *method = kWho)
+	{
+		int target = static_cast<int>(out.size()) + n;
+		auto until = steady_clock::now() + t;
+		int started = 0;
+		while (steady_clock::now() < until) {
+			while (live < depth && started < n) {
+				if (Start(method) != ZCRPC_OK)
+					return false;
+				started++;
+			}
+			zcrpc_worker_progress(w, 1);
+			int done = 0;
+			for (auto &kv : out)
+				done += kv.second.completions > 0;
+			if (done >= target && live == 0)
+				return true;
+		}
+		return false;
+	}
+
+	bool Drain(milliseconds t)
+	{
+		return ProgressUntil(w, [&] { return live == 0; }, t);
+	}
+
+	// Calls answered OK per server name, from @first_id on.
+	std::map<std::string, int> PerServer(uint64_t first_id = 0)
+	{
+		std::map<std::string, int> m;
+		for (auto &kv : out)
+			if (kv.first >= first_id && kv.second.status == ZCRPC_OK)
+				m[kv.second.server]++;
+		return m;
+	}
+
+	int Twice()
+	{
+		int n = 0;
+		for (auto &kv : out)
+			n += kv.second.completions > 1;
+		return n;
+	}
+
+	~Client()
+	{
+		zcrpc_channel_destroy(ch);
+		zcrpc_worker_destroy(w);
+	}
+};
+
+// The server's own counts (/lb.Test/Stats) over a plain channel.
+struct ServerCounts {
+	uint64_t calls = 0, distinct = 0, duplicates = 0;
+	bool ok = false;
+};
+
+ServerCounts AskCounts(const std::string &addr, uint16_t port)
+{
+	ServerCounts c;
+	zcrpc_worker *w = nullptr;
+	zcrpc_channel *ch = nullptr;
+	if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK)
+		return c;
+	std::string p = std::to_string(port);
+	if (zcrpc_channel_create(w, addr.c_str(), p.c_str(), nullptr, &ch) == ZCRPC_OK) {
+		zcrpc_result r;
+		if (zcrpc_call(ch, zcrpc_method_id(kStats), nullptr, 0, nullptr, &r,
+			       sizeof(r)) == ZCRPC_OK) {
+			std::string s(static_cast<char *>(r.data), r.len);
+			unsigned long long a, b, d;
+			if (std::sscanf(s.c_str(), "calls %llu distinct %llu duplicates %llu",
+					&a, &b, &d) == 3) {
+				c.calls = a, c.distinct = b, c.duplicates = d, c.ok = true;
+			}
+		}
+		zcrpc_result_free(&r);
+		zcrpc_channel_destroy(ch);
+	}
+	zcrpc_worker_destroy(w);
+	return c;
+}
+
+std::string Ipv4Target(const std::string &addr, const std::vector<Peer> &peers)
+{
+	std::string t = "ipv4:";
+	for (size_t i = 0; i < peers.size(); i++)
+		t += (i ? "," : "") + addr + ":" + std::to_string(peers[i].port);
+	return t;
+}
+
+class Balance : public RdmaTest
+{
+      protected:
+	std::vector<Peer> peers_;
+
+	void StartPeers(int n)
+	{
+		peers_.resize(static_cast<size_t>(n));
+		for (int i = 0; i < n; i++)
+			ASSERT_TRUE(peers_[static_cast<size_t>(i)].Start(
+				env_.addr0, "s" + std::to_string(i)))
+				<< "peer " << i;
+	}
+};
+
+} // namespace
+
+TEST_F(Balance, RoundRobinSpreadsCallsWithinTenPercentOfEvenOverFourServerProcesses)
+{
+	StartPeers(4);
+	Client cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin"), ZCRPC_OK);
+	const int n = 4000;
+	ASSERT_TRUE(cl.Load(n, 64, Scaled(60000)));
+	auto per = cl.PerServer();
+	int ok = 0;
+	for (auto &kv : per) {
+		std::printf("%s: %d calls\n", kv.first.c_str(), kv.second);
+		ok += kv.second;
+	}
+	EXPECT_EQ(ok, n);
+	ASSERT_EQ(per.size(), 4u);
+	for (auto &kv : per) {
+		EXPECT_GE(kv.second, n / 4 * 9 / 10) << kv.first;
+		EXPECT_LE(kv.second, n / 4 * 11 / 10) << kv.first;
+	}
+	EXPECT_EQ(cl.Twice(), 0);
+	// Counted at the servers: each ran exactly what it answered, once.
+	for (auto &p : peers_) {
+		ServerCounts c = AskCounts(env_.addr0, p.port);
+		ASSERT_TRUE(c.ok) << p.name;
+		EXPECT_EQ(c.calls, static_cast<uint64_t>(per[p.name])) << p.name;
+		EXPECT_EQ(c.duplicates, 0u) << p.name;
+	}
+	zcrpc_backend_info b[8];
+	ASSERT_EQ(zcrpc_channel_get_backends(cl.ch, b, 8, sizeof(b[0])), 4u);
+	for (int i = 0; i < 4; i++)
+		EXPECT_EQ(b[i].state, ZCRPC_BACKEND_READY) << i;
+}
+
+// The kill, then the restart. @idempotent marks Who with a retry policy.
+static void KillUnderLoad(Balance *t, const std::string &addr, std::vector<Peer> &peers,
+			  bool idempotent)
+{
+	Client cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(addr, peers), "round_robin"), ZCRPC_OK);
+	if (idempotent) {
+		zcrpc_retry_policy p;
+		zcrpc_retry_policy_init(&p);
+		p.max_attempts = 4;
+		ASSERT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), &p), ZCRPC_OK);
+	}
+	ASSERT_TRUE(cl.Load(800, 32, Scaled(30000)));
+	ASSERT_EQ(cl.PerServer().size(), 4u);
+
+	// Kill s2 with calls in flight: stopped first, so that the calls it
+	// is given stay there (they never run), then killed.
+	kill(peers[2].child->pid, SIGSTOP);
+	for (int i = 0; i < 32; i++)
+		ASSERT_EQ(cl.Start(kWho), ZCRPC_OK);
+	ProgressUntil(cl.w, [&] { return cl.live <= 8; }, Scaled(2000));
+	ProgressUntil(cl.w, [] { return false; }, 20ms);
+	int stuck = cl.live;
+	EXPECT_EQ(stuck, 8) << "round_robin gave s2 a quarter of 32";
+	uint64_t at_kill = cl.next_id;
+	peers[2].child->Kill();
+	ASSERT_TRUE(cl.Drain(Scaled(20000)));
+	// Within the keepalive bound the channel knows; calls after that go
+	// to the three others only.
+	ProgressUntil(cl.w, [] { return false; }, Scaled(1500));
+	uint64_t after = cl.next_id;
+	ASSERT_TRUE(cl.Load(900, 32, Scaled(30000)));
+	auto per = cl.PerServer(after);
+	EXPECT_EQ(per.count("s2"), 0u);
+	int ok = 0;
+	for (auto &kv : per)
+		ok += kv.second;
+	EXPECT_EQ(ok, 900) << "every call after the kill succeeded elsewhere";
+	int failed = 0;
+	for (auto &kv : cl.out)
+		if (kv.first >= at_kill - 32 && kv.second.status != ZCRPC_OK) {
+			failed++;
+			EXPECT_EQ(kv.second.status, ZCRPC_UNAVAILABLE) << kv.second.message;
+		}
+	std::printf("failed around the kill: %d (idempotent %d)\n", failed, idempotent);
+	if (idempotent)
+		EXPECT_EQ(failed, 0) << "idempotent calls are retried elsewhere";
+	else
+		EXPECT_EQ(failed, stuck) << "the calls in flight at the kill fail, once";
+	zcrpc_channel_stats st;
+	zcrpc_channel_get_stats(cl.ch, &st, sizeof(st));
+	EXPECT_EQ(st.retries_policy, idempotent ? static_cast<uint64_t>(stuck) : 0u);
+	EXPECT_EQ(cl.Twice(), 0) << "no call completes twice";
+	for (size_t i = 0; i < peers.size(); i++) {
+		if (i == 2)
+			continue;
+		ServerCounts c = AskCounts(addr, peers[i].port);
+		ASSERT_TRUE(c.ok);
+		EXPECT_EQ(c.duplicates, 0u) << peers[i].name << ": a call ran twice";
+	}
+
+	// Restarted on its port, it is picked again.
+	ASSERT_TRUE(peers[2].Start(addr, "s2", peers[2].port));
+	bool back = false;
+	for (int round = 0; round < 40 && !back; round++) {
+		uint64_t from = cl.next_id;
+		ASSERT_TRUE(cl.Load(100, 16, Scaled(10000)));
+		back = cl.PerServer(from).count("s2") > 0;
+	}
+	EXPECT_TRUE(back) << "the restarted server was never picked";
+	EXPECT_EQ(cl.Twice(), 0);
+	(void)t;
+}
+
+TEST_F(Balance, AKilledServersCallsFailOnceTheRestGoToTheOthersAndItComesBackWhenRestarted)
+{
+	StartPeers(4);
+	KillUnderLoad(this, env_.addr0, peers_, false);
+}
+
+TEST_F(Balance, AnIdempotentMethodsCallsCutByAKillAreRetriedElsewhere)
+{
+	StartPeers(4);
+	KillUnderLoad(this, env_.addr0, peers_, true);
+}
+
+TEST_F(Balance, LeastOutstandingGivesAStoppedServerUnderFivePercentOfNewCalls)
+{
+	StartPeers(3);
+	Client cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "least_outstanding", 0),
+		  ZCRPC_OK);
+	ASSERT_TRUE(cl.Load(600, 24, Scaled(30000)));
+	ASSERT_EQ(cl.PerServer().size(), 3u);
+	zcrpc_backend_info before[3], now[3];
+	ASSERT_EQ(zcrpc_channel_get_backends(cl.ch, before, 3, sizeof(before[0])), 3u);
+	kill(peers_[1].child->pid, SIGSTOP);
+	// New calls with a deadline: those given to the stopped one expire.
+	const int n = 3000;
+	int started = 0;
+	auto until = steady_clock::now() + Scaled(60000);
+	while (started < n && steady_clock::now() < until) {
+		while (cl.live < 24 && started < n) {
+			ASSERT_EQ(cl.Start(kWho, nullptr, 3000000), ZCRPC_OK);
+			started++;
+		}
+		zcrpc_worker_progress(cl.w, 1);
+	}
+	ASSERT_EQ(zcrpc_channel_get_backends(cl.ch, now, 3, sizeof(now[0])), 3u);
+	uint64_t picks = 0;
+	for (int i = 0; i < 3; i++)
+		picks += now[i].picks - before[i].picks;
+	uint64_t stopped = now[1].picks - before[1].picks;
+	std::printf("stopped server got %llu of %llu new calls\n",
+		    static_cast<unsigned long long>(stopped),
+		    static_cast<unsigned long long>(picks));
+	EXPECT_LT(stopped * 100, picks * 5);
+	kill(peers_[1].child->pid, SIGCONT);
+	EXPECT_TRUE(cl.Drain(Scaled(20000)));
+	EXPECT_EQ(cl.Twice(), 0);
+}
+
+// A file: target the test rewrites.
+struct ListFile {
+	std::string path;
+	explicit ListFile(const std::string &p) : path(p) {}
+	void Write(const std::string &addr, const std::vector<Peer> &peers,
+		   const std::set<size_t> &skip = {})
+	{
+		std::string tmp = path + ".tmp";
+		std::ofstream f(tmp);
+		f << "# servers of the test\n";
+		for (size_t i = 0; i < peers.size(); i++)
+			if (!skip.count(i))
+				f << addr << ":" << peers[i].port << "   # " << peers[i].name << "\n";
+		f.close();
+		std::rename(tmp.c_str(), path.c_str()); // a new inode: seen as changed
+	}
+	~ListFile()
+	{
+		std::remove(path.c_str());
+	}
+};
+
+// Each key's server, one call per key.
+static std::map<std::string, std::string> KeyOwners(Client &cl, int keys)
+{
+	std::map<uint64_t, std::string> ids;
+	for (int k = 0; k < keys; k++) {
+		std::string key = "key-" + std::to_string(k);
+		ids[cl.next_id] = key;
+		EXPECT_EQ(cl.Start(kWho, &key), ZCRPC_OK);
+		if (cl.live >= 32)
+			ProgressUntil(cl.w, [&] { return cl.live < 16; }, Scaled(10000));
+	}
+	EXPECT_TRUE(cl.Drain(Scaled(20000)));
+	std::map<std::string, std::string> owner;
+	for (auto &kv : ids) {
+		const Outcome &o = cl.out[kv.first];
+		EXPECT_EQ(o.status, ZCRPC_OK) << o.message;
+		owner[kv.second] = o.server;
+	}
+	return owner;
+}
+
+TEST_F(Balance, RingHashKeepsEachKeyOnItsServerAndRemovingOneMovesOnlyItsKeys)
+{
+	StartPeers(4);
+	ListFile lf("/tmp/zcrpc-balance-ring.list");
+	lf.Write(env_.addr0, peers_);
+	Client cl;
+	ASSERT_EQ(cl.Open("file:" + lf.path, "ring_hash"), ZCRPC_OK);
+	const int keys = 2000;
+	auto first = KeyOwners(cl, keys);
+	auto second = KeyOwners(cl, keys);
+	ASSERT_EQ(first.size(), static_cast<size_t>(keys));
+	EXPECT_EQ(first, second) << "a key moved while the set was stable";
+	std::map<std::string, int> share;
+	for (auto &kv : first)
+		share[kv.second]++;
+	for (auto &kv : share)
+		std::printf("%s owns %d keys\n", kv.first.c_str(), kv.second);
+	EXPECT_EQ(share.size(), 4u);
+
+	// s3 leaves the file: within one re-read (1 s) the set has 3.
+	lf.Write(env_.addr0, peers_, {3});
+	ASSERT_TRUE(ProgressUntil(
+		cl.w, [&] { return zcrpc_channel_get_backends(cl.ch, nullptr, 0, 0) == 3; },
+		Scaled(5000)));
+	auto third = KeyOwners(cl, keys);
+	int moved = 0, moved_between_survivors = 0;
+	for (auto &kv : first) {
+		if (third[kv.first] == kv.second)
+			continue;
+		moved++;
+		if (kv.second != "s3")
+			moved_between_survivors++;
+	}
+	double frac = 100.0 * moved / keys;
+	std::printf("moved %d of %d keys (%.1f %%)\n", moved, keys, frac);
+	EXPECT_EQ(moved_between_survivors, 0);
+	EXPECT_NEAR(frac, 25.0, 5.0);
+	for (auto &kv : third)
+		EXPECT_NE(kv.second, "s3");
+
+	// Back in the file: its keys come back to it.
+	lf.Write(env_.addr0, peers_);
+	ASSERT_TRUE(ProgressUntil(
+		cl.w, [&] { return zcrpc_channel_get_backends(cl.ch, nullptr, 0, 0) == 4; },
+		Scaled(5000)));
+	EXPECT_EQ(KeyOwners(cl, keys), first);
+	EXPECT_EQ(cl.Twice(), 0);
+}
+
+TEST_F(Balance, AServerAddedToTheFileGetsCallsWithinOneReRead)
+{
+	StartPeers(3);
+	ListFile lf("/tmp/zcrpc-balance-add.list");
+	lf.Write(env_.addr0, peers_, {2});
+	Client cl;
+	ASSERT_EQ(cl.Open("file:" + lf.path, "round_robin"), ZCRPC_OK);
+	ASSERT_TRUE(cl.Load(200, 8, Scaled(20000)));
+	EXPECT_EQ(cl.PerServer().count("s2"), 0u);
+	lf.Write(env_.addr0, peers_);
+	ProgressUntil(cl.w, [] { return false; }, Scaled(1500));
+	uint64_t from = cl.next_id;
+	ASSERT_TRUE(cl.Load(300, 8, Scaled(20000)));
+	auto per = cl.PerServer(from);
+	EXPECT_EQ(per.size(), 3u);
+	EXPECT_GT(per["s2"], 50);
+}
+
+TEST_F(Balance, AGracefullyStoppingServerLeavesThePickSetAndNoCallFails)
+{
+	StartPeers(3);
+	Client cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin"), ZCRPC_OK);
+	ASSERT_TRUE(cl.Load(300, 16, Scaled(20000)));
+	uint64_t from = cl.next_id;
+	kill(peers_[0].child->pid, SIGTERM); // GOAWAY, drains, exits
+	ASSERT_TRUE(cl.Load(1500, 16, Scaled(30000)));
+	int failed = 0;
+	for (auto &kv : cl.out)
+		if (kv.first >= from && kv.second.status != ZCRPC_OK) {
+			failed++;
+			ADD_FAILURE() << kv.second.message;
+			if (failed > 3)
+				break;
+		}
+	EXPECT_EQ(failed, 0);
+	EXPECT_EQ(peers_[0].child->Wait(Scaled(10000)), 0);
+	zcrpc_channel_stats st;
+	zcrpc_channel_get_stats(cl.ch, &st, sizeof(st));
+	std::printf("transparent retries %llu\n",
+		    static_cast<unsigned long long>(st.retries_transparent));
+	EXPECT_EQ(cl.Twice(), 0);
+}
+
+TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
+{
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	zcrpc_channel *ch = nullptr;
+	for (const char *t :
+	     {"", "ipv4:", "ipv4:10.0.0.1", "ipv4:10.0.0.1:0", "ipv4:10.0.0.1:70000",
+	      "ipv4:10.0.0.1:80,", "ipv4:[::1]:80", "ipv4:host:80", "ipv6:10.0.0.1:80",
+	      "ipv6:[::1]", "ipv6:[zz::1]:80", "nosuchscheme:thing", "file:",
+	      "host:80,other:81", "a:b:c"}) {
+		EXPECT_EQ(zcrpc_channel_create_target(w, t, nullptr, &ch),
+			  ZCRPC_INVALID_ARGUMENT)
+			<< t;
+		EXPECT_EQ(ch, nullptr);
+	}
+	zcrpc_channel_opts o;
+	zcrpc_channel_opts_init(&o);
+	o.lb_policy = "fastest";
+	EXPECT_EQ(zcrpc_channel_create_target(w, "ipv4:10.0.0.1:80", &o, &ch),
+		  ZCRPC_INVALID_ARGUMENT);
+
+	// A file that is not there, then garbage, then empty: calls fail
+	// UNAVAILABLE saying why, and wait_for_ready calls wait.
+	std::string path = "/tmp/zcrpc-balance-bad.list";
+	std::remove(path.c_str());
+	ASSERT_EQ(zcrpc_channel_create_target(w, ("file:" + path).c_str(), nullptr, &ch),
+		  ZCRPC_OK);
+	zcrpc_result r;
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, nullptr, &r,
+			     sizeof(r)),
+		  ZCRPC_UNAVAILABLE);
+	EXPECT_NE(std::string(r.message).find("cannot read " + path), std::string::npos)
+		<< r.message;
+	zcrpc_result_free(&r);
+	{
+		std::ofstream f(path);
+		f << "10.0.0.1:80\nthis is not an address\n";
+	}
+	ASSERT_TRUE(ProgressUntil(w, [&] {
+		zcrpc_result rr;
+		zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, nullptr, &rr, sizeof(rr));
+		bool seen = std::string(rr.message).find("line 2") != std::string::npos;
+		zcrpc_result_free(&rr);
+		return seen;
+	}, Scaled(5000)));
+	EXPECT_EQ(zcrpc_channel_get_backends(ch, nullptr, 0, 0), 0u);
+	{
+		std::ofstream f(path + ".tmp");
+		f << "# nothing\n";
+	}
+	std::rename((path + ".tmp").c_str(), path.c_str());
+	ASSERT_TRUE(ProgressUntil(w, [&] {
+		zcrpc_result rr;
+		zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, nullptr, &rr, sizeof(rr));
+		bool seen = std::string(rr.message).find("no addresses") != std::string::npos;
+		EXPECT_EQ(rr.status, ZCRPC_UNAVAILABLE);
+		zcrpc_result_free(&rr);
+		return seen;
+	}, Scaled(5000)));
+	zcrpc_call_opts co;
+	zcrpc_call_opts_init(&co);
+	co.flags = ZCRPC_CALL_WAIT_FOR_READY;
+	co.timeout_us = 300000;
+	auto t0 = steady_clock::now();
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, &co, &r, sizeof(r)),
+		  ZCRPC_DEADLINE_EXCEEDED)
+		<< r.message;
+	EXPECT_GE(steady_clock::now() - t0, 250ms);
+	zcrpc_result_free(&r);
+	co.hash_key = nullptr;
+	co.hash_key_len = 3;
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, &co, &r, sizeof(r)),
+		  ZCRPC_INVALID_ARGUMENT);
+	zcrpc_result_free(&r);
+	zcrpc_channel_stats st;
+	zcrpc_channel_get_stats(ch, &st, sizeof(st));
+	EXPECT_GT(st.no_backend, 0u);
+	zcrpc_channel_destroy(ch);
+	std::remove(path.c_str());
+
+	// A server found later: a wait_for_ready call started before it is
+	// in the file completes on it.
+	Peer p;
+	ASSERT_TRUE(p.Start(env_.addr0, "late"));
+	ASSERT_EQ(zcrpc_channel_create_target(w, ("file:" + path).c_str(), nullptr, &ch),
+		  ZCRPC_OK);
+	struct R {
+		int n = 0;
+		zcrpc_status st = ZCRPC_UNKNOWN;
+		std::string data;
+	} res;
+	co.hash_key_len = 0;
+	co.timeout_us = 10000000;
+	ASSERT_EQ(zcrpc_call_async(
+			  ch, zcrpc_method_id(kWho), "12345678", 8, &co,
+			  [](zcrpc_channel *, const zcrpc_reply *rp, void *a) {
+				  auto *x = static_cast<R *>(a);
+				  x->n++;
+				  x->st = rp->status;
+				  x->data.assign(static_cast<const char *>(rp->data), rp->len);
+			  },
+			  &res, nullptr),
+		  ZCRPC_OK);
+	ProgressUntil(w, [] { return false; }, 300ms);
+	EXPECT_EQ(res.n, 0);
+	{
+		std::ofstream f(path);
+		f << env_.addr0 << ":" << p.port << "\n";
+	}
+	ASSERT_TRUE(ProgressUntil(w, [&] { return res.n > 0; }, Scaled(8000)));
+	EXPECT_EQ(res.st, ZCRPC_OK);
+	EXPECT_EQ(res.data, "late");
+	zcrpc_channel_destroy(ch);
+	std::remove(path.c_str());
+	zcrpc_worker_destroy(w);
+}
+
+TEST_F(Balance, ARetryPolicyRetriesOnlyItsStatusesUpToItsAttempts)
+{
+	StartPeers(2);
+	Client cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin"), ZCRPC_OK);
+	zcrpc_retry_policy p;
+	zcrpc_retry_policy_init(&p);
+	p.max_attempts = 3;
+	p.initial_backoff_ms = 5;
+	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kFail), &p), ZCRPC_OK);
+	p.max_attempts = 1;
+	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), &p),
+		  ZCRPC_INVALID_ARGUMENT);
+	ASSERT_EQ(cl.Start(kFail), ZCRPC_OK);
+	ASSERT_TRUE(cl.Drain(Scaled(10000)));
+	EXPECT_EQ(cl.out.begin()->second.status, ZCRPC_UNAVAILABLE);
+	EXPECT_EQ(cl.out.begin()->second.completions, 1);
+	zcrpc_channel_stats st;
+	zcrpc_channel_get_stats(cl.ch, &st, sizeof(st));
+	EXPECT_EQ(st.retries_policy, 2u);
+	EXPECT_EQ(st.calls_started, 1u);
+	EXPECT_EQ(st.calls_failed, 1u);
+	uint64_t ran = 0;
+	for (auto &pe : peers_) {
+		ServerCounts c = AskCounts(env_.addr0, pe.port);
+		ran += c.calls;
+	}
+	EXPECT_EQ(ran, 3u) << "three attempts, each ran once";
+	// After calls were made the policy is fixed.
+	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), nullptr),
+		  ZCRPC_FAILED_PRECONDITION);
+}
