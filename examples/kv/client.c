@@ -1,7 +1,7 @@
 /* zcrpc key-value client: the Kv service of idl/kv.proto through the
  * typed stubs zcrpc-gen writes (examples/kv/server.c is the server).
  *
- *   zcrpc_kv_client -a ADDR [-p PORT] [-t TIMEOUT_MS] COMMAND
+ *   zcrpc_kv_client (-a ADDR [-p PORT] | -T TARGET) [-t TIMEOUT_MS] COMMAND
  *     put KEY VALUE              store VALUE (a string)
  *     put-file KEY FILE          store FILE's bytes
  *     get KEY                    write the value to stdout (exit 1: no such key)
@@ -9,11 +9,22 @@
  *     scan START END [LIMIT]     keys START <= k < END in order (END "" = no
  *                                bound): "KEY LEN [VALUE]" per line, the value
  *                                when it is small and printable
- *     load [-n CALLS] [-c CONCURRENCY] [-s VALUE_SIZE]
+ *     load [-n CALLS] [-c CONCURRENCY] [-s VALUE_SIZE] [-k]
  *                                CONCURRENCY slots, each alternating Put and
  *                                Get of its own key with typed async calls,
  *                                every Get checked; prints calls/s, MiB/s of
- *                                values and latency percentiles
+ *                                values and latency percentiles; -k keeps
+ *                                going when calls fail (a shard killed) and
+ *                                counts what failed and what was lost
+ *
+ * A sharded service: -T TARGET (zcrpc/balance.h: "ipv4:A:P,A:P,...",
+ * "file:PATH", "dns:...", "etcd:...") makes a channel over all the shards
+ * with consistent hashing (ring_hash) on the key: each key lives on one
+ * shard, and a shard's leaving moves only its keys. Put, Get and Delete
+ * go to the key's shard; Scan goes to every shard and merges their
+ * answers in key order. The example keeps one copy of each key: the keys
+ * of a shard that dies are gone with it (their Gets find nothing on the
+ * shard that takes them over), which `load -k` counts as lost.
  *
  * Values above KV_INLINE_MAX bytes go as the call's attachment, straight
  * from registered memory; Get's large values come back as the reply
@@ -39,6 +50,13 @@
 
 static zcrpc_worker *w;
 static zcrpc_channel *ch;
+
+/* The call's key for the channel's hash (a sharded target). */
+static void key_opts(zcrpc_call_opts *o, const char *key)
+{
+	o->hash_key = key;
+	o->hash_key_len = strlen(key);
+}
 static int64_t timeout_us = 30 * 1000000LL;
 
 static uint64_t now_ns(void)
@@ -111,6 +129,7 @@ static int do_put(const char *key, const uint8_t *val, size_t len,
 
 	zcrpc_call_opts_init(&o);
 	o.timeout_us = timeout_us;
+	key_opts(&o, key);
 	req.key = bin(key);
 	req.value_len = len;
 	if (len > KV_INLINE_MAX) {
@@ -254,6 +273,7 @@ static int cmd_get(const char *key)
 	req.key = bin(key);
 	zcrpc_call_opts_init(&o);
 	o.timeout_us = timeout_us;
+	key_opts(&o, key);
 	/* The typed stubs hand a reply attachment over only in reply_into
 	 * memory, whose size must be known beforehand; a value of unknown
 	 * size is read in the library's memory through the plain call API. */
@@ -280,6 +300,7 @@ static int cmd_delete(const char *key)
 
 	zcrpc_call_opts_init(&o);
 	o.timeout_us = timeout_us;
+	key_opts(&o, key);
 	req.key = bin(key);
 	st = zcrpc__kv__kv__delete__call(ch, &req, &o, &rep, &msg);
 	if (st != ZCRPC_OK)
@@ -300,25 +321,76 @@ static int printable(const ProtobufCBinaryData *b)
 	return 1;
 }
 
+static int entry_cmp(const void *a, const void *b)
+{
+	const Zcrpc__Kv__ScanEntry *x = *(Zcrpc__Kv__ScanEntry *const *)a;
+	const Zcrpc__Kv__ScanEntry *y = *(Zcrpc__Kv__ScanEntry *const *)b;
+	size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+	int c = memcmp(x->key.data, y->key.data, n);
+
+	return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
+}
+
+/* Scan: every shard (each backend of the channel, through a channel of
+ * its own) answers for its keys; the answers are merged in key order and
+ * cut at @limit. */
 static int cmd_scan(const char *start, const char *end, unsigned limit)
 {
 	Zcrpc__Kv__ScanRequest req = ZCRPC__KV__SCAN_REQUEST__INIT;
-	Zcrpc__Kv__ScanReply *rep = NULL;
+	Zcrpc__Kv__ScanReply **reps = NULL;
+	Zcrpc__Kv__ScanEntry **all = NULL;
+	zcrpc_backend_info *b = NULL;
+	size_t nb, i, j, n = 0, cap;
 	zcrpc_call_opts o;
-	char *msg = NULL;
-	zcrpc_status st;
-	size_t i;
+	int more = 0, rc = 2;
 
+	nb = zcrpc_channel_get_backends(ch, NULL, 0, 0);
+	b = calloc(nb ? nb : 1, sizeof(*b));
+	reps = calloc(nb ? nb : 1, sizeof(*reps));
+	if (!b || !reps) {
+		fprintf(stderr, "kv: scan: out of memory\n");
+		goto out;
+	}
+	nb = zcrpc_channel_get_backends(ch, b, nb, sizeof(*b));
 	zcrpc_call_opts_init(&o);
 	o.timeout_us = timeout_us;
 	req.start_key = bin(start);
 	req.end_key = bin(end);
 	req.limit = limit;
-	st = zcrpc__kv__kv__scan__call(ch, &req, &o, &rep, &msg);
-	if (st != ZCRPC_OK)
-		return report("scan", st, msg);
-	for (i = 0; i < rep->n_entries; i++) {
-		const Zcrpc__Kv__ScanEntry *e = rep->entries[i];
+	for (i = 0; i < nb; i++) { /* the shards one by one (a demo) */
+		zcrpc_channel *shard = NULL;
+		char *msg = NULL;
+		zcrpc_status st;
+
+		st = zcrpc_channel_create(w, b[i].host, b[i].port, NULL, &shard);
+		if (st == ZCRPC_OK)
+			st = zcrpc__kv__kv__scan__call(shard, &req, &o, &reps[i], &msg);
+		zcrpc_channel_destroy(shard);
+		if (st != ZCRPC_OK) {
+			char what[300];
+
+			snprintf(what, sizeof(what), "scan of shard %s:%s", b[i].host,
+				 b[i].port);
+			report(what, st, msg);
+			goto out;
+		}
+		n += reps[i]->n_entries;
+		more |= reps[i]->more;
+	}
+	cap = n;
+	all = calloc(cap ? cap : 1, sizeof(*all));
+	if (!all)
+		goto out;
+	for (i = 0, n = 0; i < nb; i++)
+		for (j = 0; j < reps[i]->n_entries; j++)
+			all[n++] = reps[i]->entries[j];
+	qsort(all, n, sizeof(*all), entry_cmp);
+	if (limit && n > limit) {
+		n = limit;
+		more = 1;
+	}
+	for (i = 0; i < n; i++) {
+		const Zcrpc__Kv__ScanEntry *e = all[i];
 
 		fwrite(e->key.data, 1, e->key.len, stdout);
 		printf(" %llu", (unsigned long long)e->value_len);
@@ -328,10 +400,19 @@ static int cmd_scan(const char *start, const char *end, unsigned limit)
 		}
 		putchar('\n');
 	}
-	if (rep->more)
+	if (more)
 		printf("(more)\n");
-	zcrpc__kv__scan_reply__free_unpacked(rep, NULL);
-	return 0;
+	if (nb > 1)
+		printf("(merged from %zu shards)\n", nb);
+	rc = 0;
+out:
+	for (i = 0; reps && i < nb; i++)
+		if (reps[i])
+			zcrpc__kv__scan_reply__free_unpacked(reps[i], NULL);
+	free(all);
+	free(reps);
+	free(b);
+	return rc;
 }
 
 /* ---- load ----------------------------------------------------------------- */
@@ -352,7 +433,8 @@ struct slot {
 
 struct load {
 	size_t calls, size;
-	size_t started, completed, failed, mismatched, puts, gets;
+	size_t started, completed, failed, mismatched, puts, gets, lost;
+	int keep_going; /* -k: count failures and go on */
 	uint64_t *lat_ns;
 	int stop;
 	zcrpc_status first_err;
@@ -367,7 +449,8 @@ static void load_fail(struct load *l, zcrpc_status st, const char *msg)
 		l->first_err = st;
 		snprintf(l->first_msg, sizeof(l->first_msg), "%s", msg ? msg : "");
 	}
-	l->stop = 1;
+	if (!l->keep_going)
+		l->stop = 1;
 }
 
 static void finish(struct slot *s)
@@ -386,8 +469,10 @@ static void put_done(zcrpc_status st, const char *msg,
 
 	(void)rep;
 	s->l->puts++;
-	if (st != ZCRPC_OK)
+	if (st != ZCRPC_OK) {
 		load_fail(s->l, st, msg);
+		s->is_get = 0; /* put it again */
+	}
 	finish(s);
 }
 
@@ -400,6 +485,10 @@ static void get_done(zcrpc_status st, const char *msg,
 	s->l->gets++;
 	if (st != ZCRPC_OK) {
 		load_fail(s->l, st, msg);
+	} else if (!rep->found && s->l->keep_going) {
+		/* its shard went (one copy of each key): put it again */
+		s->l->lost++;
+		s->is_get = 0;
 	} else {
 		/* the value is the one this slot put last */
 		v = rep->value_in_attachment ? (const void *)s->into.p : rep->value.data;
@@ -433,6 +522,7 @@ static void start_next(struct slot *s)
 			memcpy(s->val.p, &s->version, 8); /* each Put sends a new value */
 		else if (l->size)
 			s->val.p[0] = (uint8_t)s->version;
+		key_opts(&o, s->key);
 		req.key = bin(s->key);
 		req.value_len = l->size;
 		if (l->size > KV_INLINE_MAX) {
@@ -447,6 +537,7 @@ static void start_next(struct slot *s)
 	} else {
 		Zcrpc__Kv__GetRequest req = ZCRPC__KV__GET_REQUEST__INIT;
 
+		key_opts(&o, s->key);
 		req.key = bin(s->key);
 		o.reply_into = &s->into_bulk; /* the value lands in our memory */
 		s->is_get = 0;
@@ -456,6 +547,29 @@ static void start_next(struct slot *s)
 		l->started--;
 		load_fail(l, st, "the call did not start");
 	}
+}
+
+/* How the calls spread over the shards (the channel's backends). */
+static void print_shards(void)
+{
+	zcrpc_backend_info b[64];
+	zcrpc_channel_stats st;
+	size_t n, i;
+
+	n = zcrpc_channel_get_backends(ch, b, 64, sizeof(b[0]));
+	if (n < 2)
+		return;
+	for (i = 0; i < n && i < 64; i++)
+		printf("load: shard %s:%s: %llu calls (%llu ok, %llu failed), %s\n",
+		       b[i].host, b[i].port, (unsigned long long)b[i].picks,
+		       (unsigned long long)b[i].calls_ok,
+		       (unsigned long long)b[i].calls_failed,
+		       b[i].state == ZCRPC_BACKEND_READY  ? "ready"
+		       : b[i].state == ZCRPC_BACKEND_DOWN ? "down"
+							  : "not connected");
+	zcrpc_channel_get_stats(ch, &st, sizeof(st));
+	printf("load: %llu calls attempted again on another shard (never reached "
+	       "their own)\n", (unsigned long long)st.retries_transparent);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -475,7 +589,7 @@ static double pct_us(const struct load *l, double p)
 	return (double)l->lat_ns[i] / 1000.0;
 }
 
-static int cmd_load(size_t calls, unsigned conc, size_t size)
+static int cmd_load(size_t calls, unsigned conc, size_t size, int keep_going)
 {
 	struct load l;
 	struct slot *slots;
@@ -488,6 +602,7 @@ static int cmd_load(size_t calls, unsigned conc, size_t size)
 	memset(&l, 0, sizeof(l));
 	l.calls = calls;
 	l.size = size;
+	l.keep_going = keep_going;
 	if (!conc || conc > 1024 || !calls) {
 		fprintf(stderr, "kv: load: need 1..1024 slots and some calls\n");
 		return 2;
@@ -532,7 +647,12 @@ static int cmd_load(size_t calls, unsigned conc, size_t size)
 	printf("load: latency p50 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n",
 	       pct_us(&l, 50), pct_us(&l, 99), pct_us(&l, 99.9),
 	       l.completed ? (double)l.lat_ns[l.completed - 1] / 1000.0 : 0.0);
-	if (l.failed) {
+	print_shards();
+	if (l.failed && keep_going) {
+		printf("load: %zu calls failed (the first %s: %s), %zu Gets found their "
+		       "key gone with its shard\n", l.failed, zcrpc_status_str(l.first_err),
+		       l.first_msg, l.lost);
+	} else if (l.failed) {
 		fprintf(stderr, "kv: load: %zu calls failed, the first %s: %s\n", l.failed,
 			zcrpc_status_str(l.first_err), l.first_msg);
 		rc = 2;
@@ -551,22 +671,25 @@ static int cmd_load(size_t calls, unsigned conc, size_t size)
 static void usage(const char *argv0)
 {
 	fprintf(stderr,
-		"usage: %s -a ADDR [-p PORT] [-t TIMEOUT_MS] COMMAND\n"
+		"usage: %s (-a ADDR [-p PORT] | -T TARGET) [-t TIMEOUT_MS] COMMAND\n"
 		"  put KEY VALUE | put-file KEY FILE | get KEY | delete KEY |\n"
 		"  scan START END [LIMIT] |\n"
-		"  load [-n CALLS] [-c CONCURRENCY] [-s VALUE_SIZE]\n",
+		"  load [-n CALLS] [-c CONCURRENCY] [-s VALUE_SIZE] [-k]\n"
+		"TARGET: the shards, e.g. ipv4:10.0.0.1:7473,10.0.0.2:7473 or file:PATH\n",
 		argv0);
 }
 
 int main(int argc, char **argv)
 {
-	const char *addr = NULL, *port = "7473", *cmd;
+	const char *addr = NULL, *port = "7473", *target = NULL, *cmd;
+	zcrpc_channel_opts co;
 	zcrpc_status st;
 	int opt, rc = 2;
 
-	while ((opt = getopt(argc, argv, "+a:p:t:h")) != -1) {
+	while ((opt = getopt(argc, argv, "+a:p:T:t:h")) != -1) {
 		switch (opt) {
 		case 'a': addr = optarg; break;
+		case 'T': target = optarg; break;
 		case 'p': port = optarg; break;
 		case 't': timeout_us = strtoll(optarg, NULL, 10) * 1000; break;
 		default:
@@ -574,15 +697,19 @@ int main(int argc, char **argv)
 			return opt == 'h' ? 0 : 2;
 		}
 	}
-	if (!addr || optind >= argc) {
+	if (!addr == !target || optind >= argc) {
 		usage(argv[0]);
 		return 2;
 	}
 	cmd = argv[optind];
 	argc -= optind;
 	argv += optind;
+	zcrpc_channel_opts_init(&co);
+	co.lb_policy = "ring_hash"; /* a key's calls go to its shard */
+	co.backoff_max_ms = 1000;
 	if ((st = zcrpc_worker_create(NULL, &w)) != ZCRPC_OK ||
-	    (st = zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK) {
+	    (st = target ? zcrpc_channel_create_target(w, target, &co, &ch)
+			 : zcrpc_channel_create(w, addr, port, NULL, &ch)) != ZCRPC_OK) {
 		fprintf(stderr, "kv: %s%s%s\n", zcrpc_status_str(st),
 			w ? "" : ": ", w ? "" : zcrpc_last_error());
 		goto out;
@@ -600,17 +727,19 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "load")) {
 		size_t n = 10000, size = 4096;
 		unsigned c = 16;
+		int k = 0;
 
 		optind = 1;
-		while ((opt = getopt(argc, argv, "n:c:s:")) != -1) {
+		while ((opt = getopt(argc, argv, "n:c:s:k")) != -1) {
 			switch (opt) {
+			case 'k': k = 1; break;
 			case 'n': n = strtoull(optarg, NULL, 10); break;
 			case 'c': c = (unsigned)strtoul(optarg, NULL, 10); break;
 			case 's': size = strtoull(optarg, NULL, 10); break;
 			default: usage("zcrpc_kv_client"); goto out;
 			}
 		}
-		rc = cmd_load(n, c, size);
+		rc = cmd_load(n, c, size, k);
 	} else {
 		usage("zcrpc_kv_client");
 	}
