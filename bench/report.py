@@ -164,6 +164,7 @@ for r in runs:
 # ---- zcrpc and gRPC (one JSON object per line) ---------------------------------
 zc = {}
 scale_rows = []
+balance_rows = []  # one client over N server processes (target channels)
 for r in runs:
     src = r["id"].split("-")[0]
     if src not in ("zcrpc", "grpc"):
@@ -194,6 +195,9 @@ for r in runs:
         elif b.endswith("_bw"):
             add_round(src, b, j["size"], "mib_s", j["mib_s"], "MiB/s", rnd, depth=j["depth"],
                       iters=j["iters"])
+        elif b == "zcrpc_balance_tput":
+            balance_rows.append({"servers": j["servers"], "calls_per_s": j["calls_per_s"],
+                                 "depth": j["depth"], "size": j["size"], "secs": j["secs"]})
         elif b.endswith("_tput"):
             add_round(src, b, j["size"], "calls_per_s", j["calls_per_s"], "calls/s", rnd,
                       conns=j["conns"], depth=j["depth"],
@@ -463,6 +467,7 @@ scale = [scale_row(j) for j in scale_rows]
 results = {"run": run, "records": records, "latency": lat_rows, "bandwidth": bw_rows,
            "throughput": tput_rows, "grpc_throughput": grpc_tput_rows,
            "rounds": round_rows, "streams": stream_rows, "scale": scale,
+           "balance": sorted(balance_rows, key=lambda r: r["servers"]),
            "grpc_status": grpc_status, "grpc_link": grpc_link, "cpu": cpu, "perftest_settings": perftest_settings,
            "zcrpc_stats": zc, "not_run": failures, "runs": runs}
 with open(os.path.join(out, "results.json"), "w") as f:
@@ -605,6 +610,19 @@ if stream_rows:
                   f"{fmt(r['reference'])} {r['reference_unit']} | "
                   + ", ".join(f"{v:.2f}" for v in r["ratios"].values())
                   + f" | {r['median']:.2f} | {r['spread']:.2f} | {r['goal']} |")
+    md.append("")
+if balance_rows:
+    one = next((r["calls_per_s"] for r in balance_rows if r["servers"] == 1), None)
+    md.append("One client over N server processes (zcrpc_bench_rpc -t ipv4:…: a target "
+              "channel, round_robin, 64 calls of 16 B in flight; each server one busy-polling "
+              "worker, client and servers sharing the guest's CPUs). Aggregate calls/s and the "
+              "ratio to one server. Reported, not asserted.")
+    md.append("")
+    md.append("| servers | calls/s | / 1 server |")
+    md.append("|---:|---:|---:|")
+    for r in sorted(balance_rows, key=lambda r: r["servers"]):
+        md.append(f"| {r['servers']} | {fmt(r['calls_per_s'], 0)} | "
+                  + (f"{r['calls_per_s'] / one:.2f}" if one else "–") + " |")
     md.append("")
 if scale:
     md.append("Scale: N channels (connections) into one server process (one worker), one "

@@ -3,7 +3,7 @@
  *
  *   zcrpc_bench_rpc [-r both|server|client] [-a ADDR] [-p PORT]
  *                   [-m lat|tput|bw|cpu|idle] [-s SIZES] [-n ITERS] [-w WARMUP]
- *                   [-c CONNS] [-d DEPTH] [-T SECONDS] [-B BYTES]
+ *                   [-c CONNS] [-d DEPTH] [-T SECONDS] [-B BYTES] [-t TARGET]
  *
  * -r both (default) runs the server (one worker, busy-polling) on a thread
  *    of this process; "server" serves until SIGTERM/SIGINT.
@@ -13,7 +13,11 @@
  *    busy-poll; round-trip percentiles.
  * -m tput: -c channels (= connections, default 1) on one client worker,
  *    each keeping -d calls in flight (default 64) of -s bytes (default 16)
- *    for -T seconds (default 5) after 0.5 s of warm-up; calls/s.
+ *    for -T seconds (default 5) after 0.5 s of warm-up; calls/s. With -t
+ *    TARGET (zcrpc/balance.h, e.g. "ipv4:A:P1,A:P2"; -r client only) the
+ *    channels are target channels over the servers it names, round_robin:
+ *    one client's aggregate calls/s over several server processes
+ *    ("servers" in the result line).
  * -m bw: per size (default 4K..64M) calls with an attachment of that size
  *    from user-registered memory (zcrpc_mr_register), an 8-byte request
  *    and an 8-byte reply, -d in flight (default: fewer for big sizes),
@@ -46,6 +50,9 @@
 static volatile sig_atomic_t g_stop;
 static int g_server_timeout; /* -r server -m cpu: -1 (sleep) */
 static const char *g_addr = "192.0.2.1", *g_port = "18700";
+/* -t: the target, and the servers it names (1 without one). */
+static const char *g_target;
+static int g_servers = 1;
 
 static void on_signal(int sig)
 {
@@ -329,9 +336,10 @@ static int run_tput(struct client *cl, struct chan *cs, int nch, long depth, dou
 		fprintf(stderr, "client: %ld calls failed\n", failed);
 		return 1;
 	}
-	printf("{\"bench\":\"zcrpc_rpc_tput\",\"size\":%zu,\"conns\":%d,\"depth\":%ld,"
-	       "\"secs\":%.3f,\"calls\":%ld,\"calls_per_s\":%.1f}\n",
-	       cl->size, nch, depth, (t1 - t0) / 1e6, d1 - d0,
+	printf("{\"bench\":\"%s\",\"size\":%zu,\"conns\":%d,\"depth\":%ld,"
+	       "\"servers\":%d,\"secs\":%.3f,\"calls\":%ld,\"calls_per_s\":%.1f}\n",
+	       g_target ? "zcrpc_balance_tput" : "zcrpc_rpc_tput", cl->size, nch,
+	       depth, g_servers, (t1 - t0) / 1e6, d1 - d0,
 	       (double)(d1 - d0) / ((t1 - t0) / 1e6));
 	fflush(stdout);
 	return 0;
@@ -416,7 +424,7 @@ int main(int argc, char **argv)
 	zcrpc_channel_opts chopts;
 
 	memset(cs, 0, sizeof(cs));
-	while ((opt = getopt(argc, argv, "r:a:p:m:s:n:w:c:d:T:B:h")) != -1) {
+	while ((opt = getopt(argc, argv, "r:a:p:m:s:n:w:c:d:T:B:t:h")) != -1) {
 		switch (opt) {
 		case 'r': role = optarg; break;
 		case 'a': g_addr = optarg; break;
@@ -429,10 +437,11 @@ int main(int argc, char **argv)
 		case 'd': depth = atol(optarg); break;
 		case 'T': secs = atof(optarg); break;
 		case 'B': total = atof(optarg); break;
+		case 't': g_target = optarg; break;
 		default:
 			fprintf(stderr, "usage: %s [-r both|server|client] [-a ADDR] [-p PORT] "
 				"[-m lat|tput|bw|cpu|idle] [-s SIZES] [-n ITERS] [-w WARMUP] [-c CONNS] "
-				"[-d DEPTH] [-T SECONDS] [-B BYTES]\n", argv[0]);
+				"[-d DEPTH] [-T SECONDS] [-B BYTES] [-t TARGET]\n", argv[0]);
 			return opt == 'h' ? 0 : 2;
 		}
 	}
@@ -442,7 +451,8 @@ int main(int argc, char **argv)
 	nsizes = bench_parse_sizes(sizes_arg, sizes, BENCH_MAX_SIZES);
 	if (nsizes < 1 || iters < 1 || warmup < 0 || nch < 1 || nch > 64 || secs <= 0 ||
 	    (strcmp(mode, "lat") && strcmp(mode, "tput") && strcmp(mode, "bw") &&
-	     strcmp(mode, "cpu") && strcmp(mode, "idle"))) {
+	     strcmp(mode, "cpu") && strcmp(mode, "idle")) ||
+	    (g_target && (strcmp(role, "client") || strcmp(mode, "tput")))) {
 		fprintf(stderr, "bad arguments\n");
 		return 2;
 	}
@@ -483,8 +493,16 @@ int main(int argc, char **argv)
 	}
 	for (i = 0; i < nch; i++) {
 		cs[i].cl = &cl;
-		if (zcrpc_channel_create(cl.w, g_addr, g_port, &chopts, &cs[i].ch) != ZCRPC_OK)
+		if (g_target) {
+			chopts.lb_policy = "round_robin";
+			if (zcrpc_channel_create_target(cl.w, g_target, &chopts,
+							&cs[i].ch) != ZCRPC_OK)
+				goto out;
+			g_servers = (int)zcrpc_channel_get_backends(cs[i].ch, NULL, 0, 0);
+		} else if (zcrpc_channel_create(cl.w, g_addr, g_port, &chopts,
+						&cs[i].ch) != ZCRPC_OK) {
 			goto out;
+		}
 		/* Connect (lazily) with one call each. */
 		cl.size = 8;
 		if (one_call(&cl, cs[i].ch, 1))

@@ -92,7 +92,7 @@ nscale=0
 # per round: 3 ib_send_lat, 2 zcrpc latency, ib_send_bw 16 B, 2 zcrpc
 # rates, the zcrpc streams, nbw ib_write_bw, 2 zcrpc bandwidths; round 1
 # also 3 ib_write_lat, nbw ib_send_bw, the 4-connection call rate
-nsteps=$(( rounds * (3 + 2 + 1 + 2 + 1 + nbw + 2) + 3 + nbw + 1 + 1 + 1 + ngrpc + 1 + nscale ))
+nsteps=$(( rounds * (3 + 2 + 1 + 2 + 1 + nbw + 2) + 3 + nbw + 1 + 1 + 1 + ngrpc + 1 + nscale + 1 ))
 [ -z "$quick" ] || nsteps=$((nsteps - 1))
 [ -z "$only_scale" ] || nsteps=$nscale
 step=0
@@ -229,6 +229,29 @@ if [ -n "$only_scale" ]; then
 fi
 for r in $(seq "$rounds"); do
   one_round "$r"
+done
+
+# ---- one client over 1, 2 and 4 server processes (target channels) ------------
+# For each N, N fresh zcrpc_bench_rpc -r server processes (each one
+# busy-polling worker), then one client whose channel is a round_robin
+# target over them. The guest's 2 CPUs are shared by all: the figure shows
+# what one client gets from N servers on this machine, not a scaling law.
+progress "zcrpc RPC call rate of one client over 1, 2, 4 server processes (round_robin, 64 in flight, ${tput_secs}s each)"
+for n in 1 2 4; do
+  bpids=() t="ipv4:" sep=
+  for i in $(seq "$n"); do
+    port=$((port + 1))
+    "$bin/zcrpc_bench_rpc" -r server -a "$A0" -p "$port" >/dev/null 2>"$raw/zcrpc-balance-$n-server-$i.log" &
+    bpids+=($!)
+    t="$t$sep$A0:$port" sep=,
+  done
+  for i in $(seq "$n"); do
+    for _ in $(seq 100); do grep -q listening "$raw/zcrpc-balance-$n-server-$i.log" && break; sleep 0.1; done
+  done
+  timeout 120 "$bin/zcrpc_bench_rpc" -r client -m tput -c 1 -d 64 -T "$tput_secs" -t "$t" \
+    >"$raw/zcrpc-balance-$n.jsonl" 2>"$raw/zcrpc-balance-$n.log"
+  record "zcrpc-balance-$n" $? "$raw/zcrpc-balance-$n.log" "$bin/zcrpc_bench_rpc -r client -m tput -c 1 -d 64 -T $tput_secs -t $t"
+  kill "${bpids[@]}" 2>/dev/null; wait "${bpids[@]}" 2>/dev/null
 done
 
 # ---- rsocket rstream ---------------------------------------------------------
