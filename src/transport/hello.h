@@ -96,11 +96,17 @@ extern "C" {
 		   GOAWAY with GOAWAY (nothing follows it), a server marks   \
 		   the calls it refused unrun with REFUSED and waits for     \
 		   that answer before it closes (docs/protocol.md §7) */
+#define ZCRPC_FEAT_MUTUAL                                                      \
+	0x2000U /* the sender's admission is mutual: with AUTH, the client's   \
+		   AUTH carries its nonce too and the server's AUTH_REPLY OK   \
+		   proves the key back; both proofs cover both nonces and the  \
+		   server's address (docs/protocol.md §1) */
 #define ZCRPC_FEAT_ALL                                                         \
 	(ZCRPC_FEAT_CREDITS | ZCRPC_FEAT_PIECE | ZCRPC_FEAT_CLOSE |            \
 	 ZCRPC_FEAT_SHARED | ZCRPC_FEAT_WRITTEN | ZCRPC_FEAT_STREAMS |         \
 	 ZCRPC_FEAT_STREAM_BULK | ZCRPC_FEAT_BATCH |                           \
-	 ZCRPC_FEAT_SERVER_STREAM_BULK | ZCRPC_FEAT_DRAIN) /* set in every hello */
+	 ZCRPC_FEAT_SERVER_STREAM_BULK | ZCRPC_FEAT_DRAIN |                    \
+	 ZCRPC_FEAT_MUTUAL) /* set in every hello */
 
 /* The smallest max_write a hello may announce: a peer cannot make the other
  * side split its writes into tiny pieces. */

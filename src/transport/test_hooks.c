@@ -50,6 +50,12 @@ void zcrpc__test_allow_zero_writes(int on)
 	zero_writes_ok = on;
 }
 
+void zcrpc__worker_test_auth_stranger(zcrpc_worker *w, int on)
+{
+	if (w)
+		w->test_auth_stranger = on;
+}
+
 void zcrpc__worker_test_clear_features(zcrpc_worker *w, uint32_t bits)
 {
 	if (w)

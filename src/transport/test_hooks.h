@@ -91,6 +91,10 @@ enum zcrpc__auth_test_mode {
 };
 zcrpc_status zcrpc__conn_test_auth(zcrpc_conn *c, int mode,
 				   const uint8_t *proof);
+/* Tests only: the connections @w accepts (with a key) take any client
+ * proof and prove a key they do not have (another one): a stranger
+ * posing as the server, which a mutual client must refuse. */
+void zcrpc__worker_test_auth_stranger(zcrpc_worker *w, int on);
 zcrpc_status zcrpc__conn_test_auth_sent(const zcrpc_conn *c, uint8_t *proof);
 
 /* Prints @w's connections' internal state to @out (diagnosis of hangs). */

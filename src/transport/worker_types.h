@@ -255,6 +255,8 @@ struct zcrpc_worker {
 		rejected_setup; /* connect requests refused, by reason */
 #ifdef ZCRPC_TESTING
 	uint32_t test_no_features; /* tests: bits its hellos leave out */
+	int test_auth_stranger; /* tests: its servers act as a stranger
+				 * without the key (auth.c) */
 #endif
 	char err[192];
 	/* zcrpc_worker_progress's clock and epoll schedule (worker.c). */

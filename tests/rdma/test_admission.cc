@@ -70,13 +70,18 @@ public:
 	std::atomic<uint32_t> max_handshakes_seen{0};
 	zcrpc_worker *w = nullptr;
 	zcrpc_server *s = nullptr;
+	// Run on the server's worker before it listens (test hooks), or empty.
+	std::function<void(zcrpc_worker *)> prepare;
 
 	bool Start(const std::string &addr, zcrpc_server_opts o)
 	{
 		o.on_connect = OnConnect;
 		o.arg = this;
-		if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK ||
-		    zcrpc_server_create(w, &o, &s) != ZCRPC_OK ||
+		if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK)
+			return false;
+		if (prepare)
+			prepare(w);
+		if (zcrpc_server_create(w, &o, &s) != ZCRPC_OK ||
 		    zcrpc_server_register(s, kEcho, Echo, this) != ZCRPC_OK ||
 		    zcrpc_server_listen(s, addr.c_str(), "0") != ZCRPC_OK)
 			return false;
@@ -424,6 +429,46 @@ TEST_F(Admission, KeyedClientRefusesAServerWithoutAKeyWhichStillServesOthers)
 	EXPECT_EQ(r.status, ZCRPC_OK) << r.message;
 	EXPECT_EQ(srv.handler_runs.load(), 1);
 	EXPECT_EQ(srv.Stats().rejected_auth, 0u);
+}
+
+// Mutual admission (issue 16): a server found through a registry must
+// prove the key too, so a stranger that registered itself cannot take the
+// client's calls.
+TEST_F(Admission, MutualAStrangerWithoutTheKeyCannotTakeTheClientsCalls)
+{
+	AuthServer srv;
+	srv.prepare = [](zcrpc_worker *w) { zcrpc__worker_test_auth_stranger(w, 1); };
+	ASSERT_TRUE(srv.Start(env_.addr0, ServerOpts(kKey)));
+	Channel ch(w_, env_.addr0, srv.port(), kKey, 5000);
+	Result r = ch.Call("secret");
+	EXPECT_EQ(r.status, ZCRPC_UNAUTHENTICATED) << r.message;
+	EXPECT_NE(r.message.find("the server's proof of the pre-shared key does not match"),
+		  std::string::npos)
+		<< r.message;
+	EXPECT_EQ(srv.handler_runs.load(), 0) << "the call never went to the stranger";
+}
+
+TEST_F(Admission, MutualAKeyedClientRefusesAServerThatCannotProveTheKeyBack)
+{
+	AuthServer srv;
+	srv.prepare = [](zcrpc_worker *w) {
+		zcrpc__worker_test_clear_features(w, ZCRPC_FEAT_MUTUAL);
+	};
+	ASSERT_TRUE(srv.Start(env_.addr0, ServerOpts(kKey)));
+	Channel ch(w_, env_.addr0, srv.port(), kKey, 5000);
+	Result r = ch.Call("secret");
+	EXPECT_EQ(r.status, ZCRPC_UNAUTHENTICATED) << r.message;
+	EXPECT_NE(r.message.find("cannot prove the pre-shared key"), std::string::npos)
+		<< r.message;
+	EXPECT_EQ(srv.handler_runs.load(), 0);
+	// The same server's key proof by a mutual pair works (the good path
+	// of every keyed test above is mutual now).
+	AuthServer good;
+	ASSERT_TRUE(good.Start(env_.addr0, ServerOpts(kKey)));
+	Channel ok(w_, env_.addr0, good.port(), kKey, 5000);
+	r = ok.Call("secret");
+	EXPECT_EQ(r.status, ZCRPC_OK) << r.message;
+	EXPECT_EQ(good.handler_runs.load(), 1);
 }
 
 TEST_F(Admission, BadKeyLengthsAndIdentitiesAreRefusedUpFront)
