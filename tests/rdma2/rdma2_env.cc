@@ -150,6 +150,18 @@ std::string PeerServer::Stop()
 	return out_;
 }
 
+void PeerServer::Kill(const std::function<int(const std::string &)> &ctl)
+{
+	if (stopped_ || handle_.empty())
+		return;
+	stopped_ = true;
+	if (ctl)
+		ctl("peer-kill " + handle_ + " KILL");
+	else
+		VmCtl("peer-kill " + handle_ + " KILL");
+	VmCtl("peer-wait " + handle_ + " 30", &out_);
+}
+
 PeerServer::~PeerServer()
 {
 	Stop();

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -58,6 +59,10 @@ public:
 	std::string port() const { return std::to_string(port_); }
 	// Stops it; returns what it printed.
 	std::string Stop();
+	// SIGKILLs it (no shutdown, no GOAWAY) and waits for it to go;
+	// @ctl runs the control commands (VmCtl when empty), so a test can
+	// keep its load going meanwhile.
+	void Kill(const std::function<int(const std::string &)> &ctl = {});
 
 private:
 	std::string handle_, out_;
