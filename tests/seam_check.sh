@@ -10,7 +10,9 @@
 #     src/rpc or src/core,
 #   - the seam's: zcrpc__* declared in src/transport/seam.h,
 #   - or the C library's (libc, pthread), linker or sanitizer runtime names;
-#     protobuf-c only in the protobuf-c glue (pb_*, which moves to src/pb).
+#     protobuf-c only in the protobuf-c glue (pb_*, which moves to src/pb),
+#     c-ares only in the dns: resolver, libcurl only in the etcd: resolver
+#     and announce.
 # Usage: seam_check.sh SOURCE_DIR OBJECTS
 #   OBJECTS: the library's objects, ;-separated (ctest passes
 #   $<TARGET_OBJECTS:zcrpc_objects>), or a build directory to search.
@@ -82,6 +84,14 @@ for o in "${rpc_objs[@]}"; do
 		protobuf_c_*)
 			case $name in pb_*) continue ;; esac
 			why="protobuf-c outside the protobuf-c glue"
+			;;
+		ares_*)
+			case $name in resolve_dns*) continue ;; esac
+			why="c-ares outside the dns: resolver"
+			;;
+		curl_*)
+			case $name in resolve_etcd* | announce* | etcd_http*) continue ;; esac
+			why="libcurl outside the etcd: resolver and announce"
 			;;
 		_GLOBAL_OFFSET_TABLE_ | __asan_* | __ubsan_* | __sanitizer_* | __lsan_* | __gcov_*)
 			continue

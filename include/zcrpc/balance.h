@@ -154,6 +154,21 @@ typedef struct zcrpc_picker_ops {
  * - "ipv4:ADDR:PORT[,ADDR:PORT...]", "ipv6:[ADDR]:PORT[,...]": that list;
  * - "file:PATH": one "HOST:PORT" or "[V6]:PORT" per line ('#' starts a
  *   comment), re-read when the file changes (checked every second);
+ * - "dns:NAME:PORT": NAME's A and AAAA records with PORT; "dns:NAME"
+ *   without a port: NAME's SRV records ("_kv._tcp.example.org"), their
+ *   targets' addresses with their ports, lowest priority first;
+ *   "dns://AUTHORITY/..." asks only the DNS server AUTHORITY ("IP[:PORT]",
+ *   "[V6][:PORT]"), "dns:///..." (or no "//") the system's. Resolved with
+ *   c-ares on a thread of the channel's own: again after a backend failed
+ *   (at most once a second) and when the answer's smallest TTL ends (kept
+ *   within 1..30 s); a failed resolution keeps the set and is tried again
+ *   after 1 s, doubling to 30 s;
+ * - "etcd:http://HOST:PORT/PREFIX": the values ("HOST:PORT", "[V6]:PORT")
+ *   of the keys PREFIX/... in etcd (its v3 HTTP/JSON gateway; PREFIX
+ *   without the slashes around it), from a thread of the resolver's own,
+ *   watched for changes and read again after a backend failed and every
+ *   30 s; values that do not parse are skipped (zcrpc_server_announce()
+ *   puts servers there);
  * - "SCHEME:NAME" of a resolver given to zcrpc_resolver_register();
  * - "HOST:PORT" without a scheme: that one server, as
  *   zcrpc_channel_create().
@@ -218,6 +233,87 @@ static inline void zcrpc_retry_policy_init(zcrpc_retry_policy *p)
 ZCRPC_API zcrpc_status zcrpc_channel_set_retry(zcrpc_channel *ch,
 					       uint32_t method,
 					       const zcrpc_retry_policy *p);
+
+/* ---- health (grpc.health.v1) ---------------------------------------------- */
+
+/** The method every server serves: grpc.health.v1's Check (request a
+ * HealthCheckRequest, reply a HealthCheckResponse, protobuf-encoded). */
+#define ZCRPC_HEALTH_CHECK "/grpc.health.v1.Health/Check"
+/** ... and Watch (a server-streaming method: one HealthCheckRequest, then
+ * a HealthCheckResponse at once and at every change of that service's
+ * status; SERVICE_UNKNOWN for one never set; NOT_SERVING and the end of
+ * the stream when the server shuts down gracefully). */
+#define ZCRPC_HEALTH_WATCH "/grpc.health.v1.Health/Watch"
+
+/** grpc.health.v1's HealthCheckResponse.ServingStatus. */
+typedef enum zcrpc_serving_status {
+	ZCRPC_SERVING_UNKNOWN = 0,
+	ZCRPC_SERVING_SERVING = 1,
+	ZCRPC_SERVING_NOT_SERVING = 2,
+	ZCRPC_SERVING_SERVICE_UNKNOWN = 3,
+} zcrpc_serving_status;
+
+/**
+ * zcrpc_server_set_serving - what @s's health service answers for
+ * @service ("" = the server as a whole, SERVING from zcrpc_server_create
+ * on; a service never set is answered NOT_FOUND, as gRPC's). Every server
+ * serves ZCRPC_HEALTH_CHECK (so registering that name yourself fails
+ * ALREADY_EXISTS); a graceful shutdown sets every service NOT_SERVING
+ * before its GOAWAY (a check that reaches it before the GOAWAY says so;
+ * those after are refused with the other calls). Any thread. INVALID_ARGUMENT (NULL, a name over 200
+ * bytes, a status out of range), RESOURCE_EXHAUSTED (32 services).
+ */
+ZCRPC_API zcrpc_status zcrpc_server_set_serving(zcrpc_server *s,
+						const char *service,
+						zcrpc_serving_status status);
+
+/* ---- servers announcing themselves ------------------------------------- */
+
+typedef struct zcrpc_announcement zcrpc_announcement;
+
+/** How a server announces itself. Initialise with
+ * zcrpc_announce_opts_init(). */
+typedef struct zcrpc_announce_opts {
+	size_t size; /**< sizeof(zcrpc_announce_opts), set by init */
+	/** The lease's time to live, seconds (2..3600): a server that dies
+	 * stops renewing it and its key goes this long after. Default 5. */
+	int ttl_s;
+	/* New fields go here (0 must mean the old behaviour). */
+} zcrpc_announce_opts;
+
+ZCRPC_API void zcrpc_announce_opts_init_sized(zcrpc_announce_opts *o,
+					      size_t size);
+static inline void zcrpc_announce_opts_init(zcrpc_announce_opts *o)
+{
+	zcrpc_announce_opts_init_sized(o, sizeof(*o));
+}
+
+/**
+ * zcrpc_server_announce - register @s, reached at @addr ("HOST:PORT", the
+ * address clients connect to), in the registry @registry names:
+ * "etcd:http://HOST:PORT/PREFIX" puts the key PREFIX/HOST:PORT (value
+ * @addr) under a lease of o->ttl_s seconds that the server renews while
+ * it lives (from a thread of its own), so that channels of target
+ * "etcd:http://HOST:PORT/PREFIX" find it, and lose it within the ttl when
+ * the process dies. A graceful zcrpc_server_shutdown() withdraws it
+ * (revokes the lease) before its GOAWAY; so does
+ * zcrpc_announcement_withdraw(). *@out (may be NULL) is the caller's
+ * handle, valid until withdrawn or the server is destroyed. It waits for
+ * etcd's answers to the grant and the put (2 s each at most); the
+ * shutdown and zcrpc_server_destroy() wait up to 1 s per announcement for
+ * the revoke. Worker thread. Errors: INVALID_ARGUMENT (a registry or address that does not
+ * parse, bad options), UNAVAILABLE (the registry did not answer, or
+ * refused: the message via zcrpc_last_error()), RESOURCE_EXHAUSTED.
+ */
+ZCRPC_API zcrpc_status zcrpc_server_announce(zcrpc_server *s,
+					     const char *registry,
+					     const char *addr,
+					     const zcrpc_announce_opts *o,
+					     zcrpc_announcement **out);
+
+/** Withdraws @a at once (revokes its lease) and frees it. NULL is a
+ * no-op. Worker thread. */
+ZCRPC_API void zcrpc_announcement_withdraw(zcrpc_announcement *a);
 
 #ifdef __cplusplus
 }

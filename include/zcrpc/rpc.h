@@ -126,6 +126,15 @@ typedef struct zcrpc_channel_opts {
 	 * call (zcrpc_channel_set_retry; calls that never reached a server);
 	 * larger ones are never retried. 0 = 65536. */
 	size_t retry_buffer;
+	/** Target channels: every this many ms each connected backend is asked
+	 * grpc.health.v1 Check(@health_service, NULL = ""); a backend that
+	 * answers NOT_SERVING (or another status than SERVING, or fails the
+	 * check but UNIMPLEMENTED: a server without the service counts as
+	 * serving) leaves the pick set until a check says SERVING. 0 = no
+	 * checks (a backend leaves only when its connection fails or it
+	 * sends GOAWAY). */
+	int64_t health_check_ms;
+	const char *health_service;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 

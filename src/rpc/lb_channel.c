@@ -46,6 +46,8 @@ static void fill_view(const struct zcrpc__backend *be, zcrpc_backend_info *v)
 	v->host = be->host;
 	v->port = be->port;
 	v->state = zcrpc__lb_backend_state(be);
+	if (be->unhealthy) /* out of the pick set until a check says SERVING */
+		v->state = ZCRPC_BACKEND_DOWN;
 	v->in_flight = sub->st.in_flight;
 	v->credits_used = sub->st.in_flight - sub->st.pending;
 	v->picks = be->picks;
@@ -272,9 +274,14 @@ static void kick_idle(struct zcrpc__lb *lb)
 
 	if (!strcmp(lb->picker.name, "pick_first"))
 		return;
-	for (i = 0; i < lb->n; i++)
-		if (zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_IDLE)
-			zcrpc__channel_connect(lb->b[i]->sub);
+	for (i = 0; i < lb->n; i++) {
+		zcrpc_channel *sub = lb->b[i]->sub;
+
+		if (zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_IDLE &&
+		    zcrpc__channel_connect(sub) != ZCRPC_OK) /* try again later */
+			sub->next_attempt_ns = zcrpc__now_ns() +
+					       (int64_t)sub->o.backoff_initial_ms * MS;
+	}
 }
 
 void zcrpc__lb_apply_report(struct zcrpc__lb *lb)
@@ -320,15 +327,28 @@ void zcrpc__lb_apply_report(struct zcrpc__lb *lb)
 
 /* ---- the resolver's handle ---- */
 
-static void res_unref(struct zcrpc_resolver *r)
-{
-	int last;
+/* Every live handle, by id: a posted report names its handle by id, so a
+ * post that outlives its channel (or is dropped with its worker) holds
+ * nothing. Handles are freed only on their worker's thread, where the
+ * posts run too. */
+static pthread_mutex_t res_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct zcrpc__list res_all = {&res_all, &res_all};
+static uint64_t res_next_id = 1;
 
-	pthread_mutex_lock(&r->mu);
-	last = --r->refs == 0;
-	pthread_mutex_unlock(&r->mu);
-	if (!last)
-		return;
+static void res_add(struct zcrpc_resolver *r)
+{
+	pthread_mutex_lock(&res_mu);
+	r->id = res_next_id++;
+	zcrpc__list_push_back(&res_all, &r->link);
+	pthread_mutex_unlock(&res_mu);
+}
+
+/* Unlinks and frees @r (on its worker's thread, its resolver stopped). */
+static void res_free(struct zcrpc_resolver *r)
+{
+	pthread_mutex_lock(&res_mu);
+	zcrpc__list_remove(&r->link);
+	pthread_mutex_unlock(&res_mu);
 	free(r->addrs);
 	pthread_mutex_destroy(&r->mu);
 	free(r);
@@ -336,17 +356,30 @@ static void res_unref(struct zcrpc_resolver *r)
 
 static void report_posted(zcrpc_worker *w, void *arg)
 {
-	struct zcrpc_resolver *r = arg;
-	struct zcrpc__lb *lb;
+	uint64_t id = (uint64_t)(uintptr_t)arg;
+	struct zcrpc_resolver *r = NULL;
+	struct zcrpc__list *n;
+	struct zcrpc__lb *lb = NULL;
 
-	(void)w;
-	pthread_mutex_lock(&r->mu);
-	r->posted = 0;
-	lb = r->lb;
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_lock(&res_mu);
+	zcrpc__list_foreach(n, &res_all) {
+		struct zcrpc_resolver *c =
+			zcrpc__container_of(n, struct zcrpc_resolver, link);
+
+		if (c->id == id && c->w == w) {
+			r = c;
+			break;
+		}
+	}
+	if (r) {
+		pthread_mutex_lock(&r->mu);
+		r->posted = 0;
+		lb = r->lb;
+		pthread_mutex_unlock(&r->mu);
+	}
+	pthread_mutex_unlock(&res_mu);
 	if (lb) /* on the worker's thread: the channel cannot go meanwhile */
 		zcrpc__lb_apply_report(lb);
-	res_unref(r);
 }
 
 zcrpc_status zcrpc_resolver_set(zcrpc_resolver *r, const zcrpc_address *addrs,
@@ -389,19 +422,73 @@ zcrpc_status zcrpc_resolver_set(zcrpc_resolver *r, const zcrpc_address *addrs,
 		 why ? why : st == ZCRPC_OK ? "" : zcrpc_status_str(st));
 	r->has_report = 1;
 	post = r->lb && !r->posted;
-	if (post) {
+	if (post)
 		r->posted = 1;
-		r->refs++;
-	}
 	pthread_mutex_unlock(&r->mu);
-	if (post && zcrpc_worker_post(r->w, report_posted, r) != ZCRPC_OK) {
+	if (post && zcrpc_worker_post(r->w, report_posted,
+				      (void *)(uintptr_t)r->id) != ZCRPC_OK) {
 		pthread_mutex_lock(&r->mu);
 		r->posted = 0;
-		r->refs--;
 		pthread_mutex_unlock(&r->mu);
 		/* the timer's next look applies it */
 	}
 	return ZCRPC_OK;
+}
+
+/* ---- health checks ---- */
+
+static void check_done(zcrpc_channel *sub, const zcrpc_reply *r, void *arg)
+{
+	struct zcrpc__backend *be = arg;
+	const uint8_t *p = r->data;
+	int serving;
+
+	(void)sub;
+	be->check_out = 0;
+	if (r->status == ZCRPC_CANCELLED && sub->destroying)
+		return;
+	/* HealthCheckResponse: status = field 1, a varint; our own encoder
+	 * writes it as two bytes, others may too (values < 128) */
+	serving = r->status == ZCRPC_UNIMPLEMENTED ||
+		  (r->status == ZCRPC_OK && r->len == 2 && p[0] == 0x08 &&
+		   p[1] == ZCRPC_SERVING_SERVING);
+	if (be->unhealthy != !serving && sub->parent)
+		zcrpc__lb_arm(sub->parent->lb, zcrpc__now_ns());
+	be->unhealthy = !serving;
+}
+
+/* Sends the checks that are due; returns when the next one is. */
+static int64_t run_checks(struct zcrpc__lb *lb, int64_t now)
+{
+	zcrpc_call_opts co;
+	int64_t due = 0;
+	size_t i;
+
+	if (!lb->check_ns)
+		return 0;
+	zcrpc_call_opts_init(&co);
+	co.timeout_us = lb->check_ns / 1000 > 1000000 ? 1000000
+						      : lb->check_ns / 1000;
+	for (i = 0; i < lb->n; i++) {
+		struct zcrpc__backend *be = lb->b[i];
+
+		if (zcrpc__lb_backend_state(be) != ZCRPC_BACKEND_READY) {
+			/* checked as soon as it is connected again; until a
+			 * check says SERVING an unhealthy one stays out */
+			be->next_check_ns = 0;
+			continue;
+		}
+		if (!be->check_out && now >= be->next_check_ns &&
+		    zcrpc_call_async(be->sub, lb->check_id, lb->check_req,
+				     lb->check_len, &co, check_done, be,
+				     NULL) == ZCRPC_OK) {
+			be->check_out = 1;
+			be->next_check_ns = now + lb->check_ns;
+		}
+		if (!due || be->next_check_ns < due)
+			due = be->next_check_ns;
+	}
+	return due;
 }
 
 /* ---- the channel ---- */
@@ -426,12 +513,18 @@ static void on_timer(struct zcrpc__timer *t, int64_t now)
 	d = zcrpc__lb_run_calls(lb, now);
 	if (d)
 		due = d;
+	d = run_checks(lb, now);
+	if (d && (!due || d < due))
+		due = d;
 	for (i = 0; i < lb->n; i++) /* a backend's backoff ends */
 		if (zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_DOWN &&
 		    (!due || lb->b[i]->sub->next_attempt_ns < due))
 			due = lb->b[i]->sub->next_attempt_ns;
 	waiting = !zcrpc__list_empty(&lb->waiting) ||
 		  !zcrpc__list_empty(&lb->retired);
+	for (i = 0; i < lb->n && !waiting; i++) /* one not connected yet */
+		waiting = strcmp(lb->picker.name, "pick_first") &&
+			  zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_IDLE;
 	if (waiting && (!due || due > now + LB_POLL_NS))
 		due = now + LB_POLL_NS;
 	if (lb->next_refresh_ns && (!due || lb->next_refresh_ns < due))
@@ -484,6 +577,30 @@ zcrpc_status zcrpc_channel_create_target(zcrpc_worker *w, const char *target,
 	ch->o.picker = NULL;
 	ch->o.lb_policy = NULL; /* the caller's strings are not kept */
 	lb->retry_buffer = ch->o.retry_buffer ? ch->o.retry_buffer : 65536;
+	if (ch->o.health_check_ms < 0 ||
+	    (ch->o.health_service && strlen(ch->o.health_service) > 200)) {
+		st = ZCRPC_INVALID_ARGUMENT;
+		goto err;
+	}
+	lb->check_ns = ch->o.health_check_ms * MS;
+	lb->check_id = zcrpc_method_id(ZCRPC_HEALTH_CHECK);
+	if (ch->o.health_service && *ch->o.health_service) {
+		/* HealthCheckRequest: field 1 (string), its length, the name */
+		size_t n = strlen(ch->o.health_service);
+
+		lb->check_req[0] = 0x0a;
+		if (n < 128) { /* the length, a varint */
+			lb->check_req[1] = (uint8_t)n;
+			memcpy(lb->check_req + 2, ch->o.health_service, n);
+			lb->check_len = n + 2;
+		} else {
+			lb->check_req[1] = (uint8_t)(0x80 | (n & 0x7f));
+			lb->check_req[2] = (uint8_t)(n >> 7);
+			memcpy(lb->check_req + 3, ch->o.health_service, n);
+			lb->check_len = n + 3;
+		}
+	}
+	ch->o.health_service = NULL; /* encoded above; not kept */
 	lb->rng = (uint64_t)zcrpc__now_ns() | 1;
 	zcrpc__list_init(&lb->retired);
 	zcrpc__list_init(&lb->waiting);
@@ -496,18 +613,15 @@ zcrpc_status zcrpc_channel_create_target(zcrpc_worker *w, const char *target,
 	    lb->picker.update(&lb->pstate, NULL, 0, lb->picker.arg) != ZCRPC_OK)
 		goto err_picker;
 	pthread_mutex_init(&r->mu, NULL);
-	r->refs = 1;
 	r->w = w;
 	r->lb = lb;
 	lb->res = r;
+	res_add(r);
 	st = zcrpc__target_resolver(lb->target, &lb->rops, &name);
 	if (st == ZCRPC_OK)
 		st = lb->rops.start(r, name, &lb->rstate, lb->rops.arg);
 	if (st != ZCRPC_OK) {
-		pthread_mutex_lock(&r->mu);
-		r->lb = NULL;
-		pthread_mutex_unlock(&r->mu);
-		res_unref(r);
+		res_free(r);
 		r = NULL;
 		goto err_picker;
 	}
@@ -547,10 +661,7 @@ void zcrpc__lb_destroy(zcrpc_channel *ch)
 
 	ch->destroying = 1;
 	lb->rops.stop(lb->rstate, lb->rops.arg);
-	pthread_mutex_lock(&r->mu);
-	r->lb = NULL;
-	pthread_mutex_unlock(&r->mu);
-	res_unref(r);
+	res_free(r); /* a report still posted finds nothing */
 	zcrpc__lb_cancel_all(lb);
 	while (lb->n) /* their calls' callbacks run inside */
 		backend_destroy(lb, lb->b[--lb->n]);

@@ -26,17 +26,22 @@ struct zcrpc__backend {
 	char port[ZCRPC_PORT_MAX + 1];
 	zcrpc_channel *sub;
 	uint64_t picks, ok, failed;
+	/* health checks (zcrpc_channel_opts.health_check_ms) */
+	unsigned check_out : 1; /* a Check is in flight */
+	unsigned unhealthy : 1; /* the last check did not say SERVING */
+	int64_t next_check_ns;
 	struct zcrpc__list link; /* lb->retired once out of the set */
 };
 
-/* The channel's end of a resolution (zcrpc_resolver): shared with the
- * resolver, which may report from any thread, so it is reference counted
- * (the channel holds one, each pending report one) and its set is handed
- * over under @mu. */
+/* The channel's end of a resolution (zcrpc_resolver): the resolver may
+ * report from any thread, so the set is handed over under @mu and the
+ * worker is woken by a post naming the handle by @id (a post that outlives
+ * the channel finds nothing: lb_channel.c keeps every live handle). */
 struct zcrpc_resolver {
 	pthread_mutex_t mu;
-	int refs;
-	struct zcrpc__lb *lb; /* NULL once the channel stopped it */
+	uint64_t id;
+	struct zcrpc__list link; /* all handles (lb_channel.c) */
+	struct zcrpc__lb *lb;
 	zcrpc_worker *w;
 	/* the latest report not yet applied */
 	int has_report, posted;
@@ -117,6 +122,11 @@ struct zcrpc__lb {
 	size_t retry_buffer;
 	struct zcrpc__timer timer;
 	uint64_t rng;
+	/* health checks: the interval and the encoded HealthCheckRequest */
+	int64_t check_ns;
+	uint8_t check_req[256];
+	size_t check_len;
+	uint32_t check_id;
 	/* counters of subchannels gone, so the sums stay monotonic */
 	zcrpc_channel_stats gone;
 };
@@ -124,8 +134,7 @@ struct zcrpc__lb {
 /* ---- lb_channel.c ---- */
 /* Applies @r's pending report (on the worker's thread). */
 void zcrpc__lb_apply_report(struct zcrpc__lb *lb);
-/* The state of @be now (and starts its connection when @kick and it is
- * IDLE). */
+/* The state of @be's connection now (a failed health check aside). */
 zcrpc_backend_state zcrpc__lb_backend_state(const struct zcrpc__backend *be);
 /* Refreshes lb->view's state and load; returns the picker's choice, or
  * NULL when none is usable. */
@@ -179,7 +188,9 @@ zcrpc_status zcrpc__target_resolver(const char *target,
 int zcrpc__target_parse_hostport(const char *s, size_t len, int v6,
 				 char *host, char *port);
 
-/* ---- resolve_file.c ---- */
+/* ---- resolve_file.c, resolve_dns.c, resolve_etcd.c ---- */
 extern const zcrpc_resolver_ops zcrpc__resolve_file;
+extern const zcrpc_resolver_ops zcrpc__resolve_dns;
+extern const zcrpc_resolver_ops zcrpc__resolve_etcd;
 
 #endif /* ZCRPC_RPC_LB_INTERNAL_H */

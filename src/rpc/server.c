@@ -370,6 +370,8 @@ zcrpc_status zcrpc_server_create(zcrpc_worker *w, const zcrpc_server_opts *o,
 	/* Nothing of the caller's array is kept. */
 	s->o.workers = NULL;
 	s->o.nworkers = 0;
+	if (st == ZCRPC_OK) /* grpc.health.v1 on every server */
+		st = zcrpc__health_init(s);
 	if (st != ZCRPC_OK) {
 		zcrpc_server_destroy(s);
 		return st;
@@ -502,6 +504,7 @@ static void shard_fini(zcrpc_server *s)
 		zcrpc_conn_destroy(conn);
 	}
 	zcrpc__sstreams_destroy(s);
+	zcrpc__health_shard_fini(s);
 	for (i = 0; i < s->calls.n; i++) {
 		zcrpc_server_call *c = zcrpc__call_table_at(&s->calls, i);
 
@@ -524,6 +527,7 @@ void zcrpc_server_destroy(zcrpc_server *s)
 
 	if (!s)
 		return;
+	zcrpc__server_withdraw_all(s);
 	zcrpc_listener_destroy(s->l);
 	s->l = NULL;
 	for (i = 1; i < s->nshards; i++) {
@@ -540,6 +544,7 @@ void zcrpc_server_destroy(zcrpc_server *s)
 		free(s->methods[i].sh);
 	}
 	free(s->methods);
+	zcrpc__health_fini(s);
 	zcrpc__server_free_workers(s);
 	free(s);
 }

@@ -184,6 +184,14 @@ struct zcrpc_server {
 	zcrpc_worker **own;
 	size_t nown;
 	struct zcrpc__serve *_Atomic serve;
+	/* health.c: the root's service statuses (grpc.health.v1), and this
+	 * shard's Watch streams */
+	struct zcrpc__health *health;
+	struct zcrpc__health_watch *hwatch;
+	/* announce.c: the root's announcements (zcrpc_server_announce), a
+	 * list; the drain withdraws them before its GOAWAY, destroy those
+	 * left. */
+	struct zcrpc_announcement *announced;
 };
 
 static inline uint32_t zcrpc__scall_ref(const zcrpc_server *s,
@@ -212,6 +220,17 @@ int zcrpc__server_busy(const zcrpc_server *s);
 void zcrpc__server_goaway_all(zcrpc_server *s);
 /* The shutdown itself (every shard), on the home worker's thread. */
 zcrpc_status zcrpc__server_drain(zcrpc_server *s, int grace_ms);
+/* health.c: the health service registered on a new server, freed with
+ * it; every service NOT_SERVING when the drain starts. */
+zcrpc_status zcrpc__health_init(zcrpc_server *s);
+void zcrpc__health_fini(zcrpc_server *s);
+void zcrpc__health_drain(zcrpc_server *s);
+/* On the shard's worker: its GOAWAY tells its watchers NOT_SERVING and
+ * ends their streams; its end frees what it kept. */
+void zcrpc__health_goaway(zcrpc_server *shard);
+void zcrpc__health_shard_fini(zcrpc_server *shard);
+/* announce.c: withdraws (and frees) every announcement of @s. */
+void zcrpc__server_withdraw_all(zcrpc_server *s);
 /* server_runtime.c: the workers of threads = N (home in *@home), their
  * release; a shutdown asked of a running zcrpc_server_serve(). */
 zcrpc_status zcrpc__server_make_workers(zcrpc_server *s, zcrpc_worker **home);

@@ -56,6 +56,7 @@ void zcrpc__server_goaway_all(zcrpc_server *s)
 	struct zcrpc__list *n;
 
 	s->shutting_down = 1;
+	zcrpc__health_goaway(s); /* Watch streams end NOT_SERVING first */
 	zcrpc__list_foreach(n, &s->conns)
 		zcrpc__sconn_send_simple(zcrpc__sconn_of(n), ZCRPC_FRAME_GOAWAY,
 					 0, ZCRPC_OK, NULL);
@@ -200,6 +201,10 @@ zcrpc_status zcrpc__server_drain(zcrpc_server *s, int grace_ms)
 	s->shutting_down = 1;
 	zcrpc_listener_destroy(s->l);
 	s->l = NULL;
+	/* out of the registry first: clients watching it stop picking us
+	 * while the GOAWAY drains the others */
+	zcrpc__server_withdraw_all(s);
+	zcrpc__health_drain(s); /* health checkers stop picking us too */
 	zcrpc__server_goaway_all(s);
 	end = zcrpc__now_ns() +
 	      (int64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000LL;

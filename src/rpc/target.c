@@ -213,6 +213,14 @@ static int find_scheme(const char *s, size_t len, zcrpc_resolver_ops *ops)
 		*ops = zcrpc__resolve_file;
 		return 1;
 	}
+	if (len == 3 && !memcmp(s, "dns", 3)) {
+		*ops = zcrpc__resolve_dns;
+		return 1;
+	}
+	if (len == 4 && !memcmp(s, "etcd", 4)) {
+		*ops = zcrpc__resolve_etcd;
+		return 1;
+	}
 	pthread_mutex_lock(&reg_mu);
 	for (i = 0; i < n_regs && !found; i++)
 		if (strlen(regs[i].scheme) == len &&

@@ -151,6 +151,10 @@ int zcrpc__mr_covers(const zcrpc_mr *mr, const zcrpc_context *ctx, size_t off,
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 int64_t zcrpc__now_ns(void);
+/* Sets the calling thread's zcrpc_last_error() (worker.c); for the RPC
+ * layer's functions that report why they failed that way (announce.c). */
+void zcrpc__set_last_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
 
 /* A one-shot timer embedded in its owner (a channel, a server), run from
  * the worker's progress: fn(t, now) once @due_ns has passed. The fields

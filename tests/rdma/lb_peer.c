@@ -2,8 +2,13 @@
  * several, kill (SIGKILL), stop (SIGSTOP) or shut them down (SIGTERM:
  * graceful, GOAWAY) and count at each what reached it.
  *
- *   server ADDR PORT NAME   serves on ADDR:PORT ("0" = ephemeral); prints
- *                           "listening PORT" once ready
+ *   server ADDR PORT NAME [REGISTRY [TTL]]
+ *                           serves on ADDR:PORT ("0" = ephemeral); with
+ *                           REGISTRY ("etcd:http://HOST:PORT/PREFIX")
+ *                           announces itself there as ADDR:PORT, under a
+ *                           lease of TTL seconds (default 2), which the
+ *                           graceful shutdown (SIGTERM) withdraws; prints
+ *                           "listening PORT" once ready (and announced)
  *
  * Methods:
  *   /lb.Test/Who    request: an 8-byte request id, then anything; reply:
@@ -20,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zcrpc/balance.h"
 #include "zcrpc/rpc.h"
 
 static volatile sig_atomic_t stop;
@@ -95,8 +101,9 @@ int main(int argc, char **argv)
 	zcrpc_status st;
 	int rc = 1;
 
-	if (argc != 5 || strcmp(argv[1], "server")) {
-		fprintf(stderr, "usage: %s server ADDR PORT NAME\n", argv[0]);
+	if (argc < 5 || argc > 7 || strcmp(argv[1], "server")) {
+		fprintf(stderr, "usage: %s server ADDR PORT NAME [REGISTRY [TTL]]\n",
+			argv[0]);
 		return 2;
 	}
 	name = argv[4];
@@ -110,6 +117,22 @@ int main(int argc, char **argv)
 	    (st = zcrpc_server_listen(s, argv[2], argv[3])) != ZCRPC_OK) {
 		fprintf(stderr, "lb peer: %s\n", zcrpc_last_error());
 		goto out;
+	}
+	if (argc >= 6) { /* announced as the address the clients use */
+		zcrpc_announce_opts ao;
+		char addr[300];
+
+		zcrpc_announce_opts_init(&ao);
+		ao.ttl_s = argc == 7 ? atoi(argv[6]) : 2;
+		snprintf(addr, sizeof(addr),
+			 strchr(argv[2], ':') ? "[%s]:%u" : "%s:%u", argv[2],
+			 zcrpc_server_get_port(s));
+		if ((st = zcrpc_server_announce(s, argv[5], addr, &ao, NULL)) !=
+		    ZCRPC_OK) {
+			fprintf(stderr, "lb peer: announce: %s: %s\n",
+				zcrpc_status_str(st), zcrpc_last_error());
+			goto out;
+		}
 	}
 	printf("listening %u\n", zcrpc_server_get_port(s));
 	fflush(stdout);

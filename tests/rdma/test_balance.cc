@@ -26,6 +26,7 @@
 #include "rdma_env.h"
 #include "zcrpc/balance.h"
 #include "zcrpc/rpc.h"
+#include "zcrpc/stream.h"
 
 using namespace std::chrono;
 using namespace std::chrono_literals;
@@ -341,12 +342,18 @@ static void KillUnderLoad(Balance *t, const std::string &addr, std::vector<Peer>
 	// Restarted on its port, it is picked again.
 	ASSERT_TRUE(peers[2].Start(addr, "s2", peers[2].port));
 	bool back = false;
-	for (int round = 0; round < 40 && !back; round++) {
+	auto until = steady_clock::now() + Scaled(20000);
+	while (!back && steady_clock::now() < until) {
 		uint64_t from = cl.next_id;
 		ASSERT_TRUE(cl.Load(100, 16, Scaled(10000)));
 		back = cl.PerServer(from).count("s2") > 0;
 	}
-	EXPECT_TRUE(back) << "the restarted server was never picked";
+	std::string states;
+	zcrpc_backend_info bi[4];
+	size_t nb = zcrpc_channel_get_backends(cl.ch, bi, 4, sizeof(bi[0]));
+	for (size_t i = 0; i < nb && i < 4; i++)
+		states += std::string(bi[i].port) + "=" + std::to_string(bi[i].state) + " ";
+	EXPECT_TRUE(back) << "the restarted server was never picked; states " << states;
 	EXPECT_EQ(cl.Twice(), 0);
 	(void)t;
 }
@@ -683,4 +690,243 @@ TEST_F(Balance, ARetryPolicyRetriesOnlyItsStatusesUpToItsAttempts)
 	// After calls were made the policy is fixed.
 	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), nullptr),
 		  ZCRPC_FAILED_PRECONDITION);
+}
+
+// ---- health (grpc.health.v1) ---------------------------------------------
+
+#include "server_thread.h"
+
+namespace
+{
+
+// HealthCheckRequest{service}: field 1, length-delimited.
+std::string CheckRequest(const std::string &service)
+{
+	std::string r;
+	if (!service.empty()) {
+		r += '\x0a';
+		r += static_cast<char>(service.size());
+		r += service;
+	}
+	return r;
+}
+
+// Check(@service) through a plain channel: the status, and the
+// ServingStatus the reply carried (-1 when none could be read).
+std::pair<zcrpc_status, int> Check(zcrpc_channel *ch, const std::string &service)
+{
+	std::string req = CheckRequest(service);
+	zcrpc_result r;
+	zcrpc_status st = zcrpc_call(ch, zcrpc_method_id(ZCRPC_HEALTH_CHECK), req.data(),
+				     req.size(), nullptr, &r, sizeof(r));
+	int serving = -1;
+	const uint8_t *p = static_cast<const uint8_t *>(r.data);
+	if (st == ZCRPC_OK)
+		serving = r.len == 0 ? 0 : (r.len == 2 && p[0] == 0x08) ? p[1] : -1;
+	zcrpc_result_free(&r);
+	return {st, serving};
+}
+
+} // namespace
+
+TEST_F(Balance, EveryServerAnswersHealthCheckForItselfAndTheServicesItSets)
+{
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	ServerThread srv;
+	ASSERT_TRUE(srv.Start(env_.addr0, so));
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	zcrpc_channel *ch = nullptr;
+	ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), srv.port_str().c_str(), nullptr, &ch),
+		  ZCRPC_OK);
+	EXPECT_EQ(Check(ch, ""), std::make_pair(ZCRPC_OK, 1)) << "SERVING from the start";
+	EXPECT_EQ(Check(ch, "kv.Kv").first, ZCRPC_NOT_FOUND) << "a service never set";
+	srv.OnWorker([&] {
+		EXPECT_EQ(zcrpc_server_set_serving(srv.s, "kv.Kv", ZCRPC_SERVING_NOT_SERVING),
+			  ZCRPC_OK);
+		EXPECT_EQ(zcrpc_server_set_serving(srv.s, "", static_cast<zcrpc_serving_status>(7)),
+			  ZCRPC_INVALID_ARGUMENT);
+		EXPECT_EQ(zcrpc_server_register(srv.s, ZCRPC_HEALTH_CHECK,
+						[](zcrpc_server_call *, const zcrpc_request *, void *) {},
+						nullptr),
+			  ZCRPC_ALREADY_EXISTS);
+	});
+	EXPECT_EQ(Check(ch, "kv.Kv"), std::make_pair(ZCRPC_OK, 2));
+	srv.OnWorker([&] { zcrpc_server_set_serving(srv.s, "kv.Kv", ZCRPC_SERVING_SERVING); });
+	EXPECT_EQ(Check(ch, "kv.Kv"), std::make_pair(ZCRPC_OK, 1));
+	// A request that is not a HealthCheckRequest.
+	zcrpc_result r;
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(ZCRPC_HEALTH_CHECK), "\x0a\x09x", 3, nullptr, &r,
+			     sizeof(r)),
+		  ZCRPC_INVALID_ARGUMENT);
+	zcrpc_result_free(&r);
+	zcrpc_channel_destroy(ch);
+	zcrpc_worker_destroy(w);
+}
+
+TEST_F(Balance, ABackendWhoseHealthCheckSaysNotServingLeavesThePickSetAndComesBack)
+{
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	ServerThread a, b;
+	ASSERT_TRUE(a.Start(env_.addr0, so));
+	ASSERT_TRUE(b.Start(env_.addr0, so));
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	zcrpc_channel_opts o;
+	zcrpc_channel_opts_init(&o);
+	o.lb_policy = "round_robin";
+	o.health_check_ms = 50;
+	std::string t = "ipv4:" + env_.addr0 + ":" + a.port_str() + "," + env_.addr0 + ":" +
+			b.port_str();
+	zcrpc_channel *ch = nullptr;
+	ASSERT_EQ(zcrpc_channel_create_target(w, t.c_str(), &o, &ch), ZCRPC_OK);
+	uint32_t echo = zcrpc_method_id(kServerThreadEcho);
+	auto calls = [&](int n) {
+		for (int i = 0; i < n; i++) {
+			zcrpc_result r;
+			EXPECT_EQ(zcrpc_call(ch, echo, "x", 1, nullptr, &r, sizeof(r)), ZCRPC_OK)
+				<< (r.message ? r.message : "");
+			zcrpc_result_free(&r);
+		}
+	};
+	// The calls each backend was given (health checks are not picks).
+	auto picks = [&](int i) {
+		zcrpc_backend_info bi[2];
+		zcrpc_channel_get_backends(ch, bi, 2, sizeof(bi[0]));
+		return bi[i].picks;
+	};
+	auto state = [&](int i) {
+		zcrpc_backend_info bi[2];
+		zcrpc_channel_get_backends(ch, bi, 2, sizeof(bi[0]));
+		return bi[i].state;
+	};
+	// round_robin gives calls to READY backends while any is: both first.
+	ASSERT_TRUE(ProgressUntil(
+		w, [&] { return state(0) == ZCRPC_BACKEND_READY && state(1) == ZCRPC_BACKEND_READY; },
+		Scaled(5000)));
+	calls(40);
+	EXPECT_GT(picks(0), 10u);
+	EXPECT_GT(picks(1), 10u);
+	EXPECT_GT(a.ServerStats().calls, picks(0)) << "health checks reached it too";
+
+	a.OnWorker([&] { zcrpc_server_set_serving(a.s, "", ZCRPC_SERVING_NOT_SERVING); });
+	ASSERT_TRUE(ProgressUntil(w, [&] { return state(0) == ZCRPC_BACKEND_DOWN; },
+				  Scaled(3000)))
+		<< "the NOT_SERVING backend is still in the pick set";
+	uint64_t a0 = picks(0), b0 = picks(1);
+	calls(40);
+	EXPECT_EQ(picks(1) - b0, 40u) << "every call went to the serving backend";
+	EXPECT_EQ(picks(0), a0);
+
+	a.OnWorker([&] { zcrpc_server_set_serving(a.s, "", ZCRPC_SERVING_SERVING); });
+	ASSERT_TRUE(ProgressUntil(w, [&] { return state(0) == ZCRPC_BACKEND_READY; },
+				  Scaled(3000)));
+	a0 = picks(0);
+	calls(40);
+	EXPECT_GE(picks(0) - a0, 15u) << "back in the pick set";
+	zcrpc_channel_destroy(ch);
+	zcrpc_worker_destroy(w);
+}
+
+namespace
+{
+
+// A Watch stream's messages (the ServingStatus of each) and its end.
+struct Watcher {
+	std::vector<int> statuses;
+	bool finished = false;
+	zcrpc_status end = ZCRPC_UNKNOWN;
+	zcrpc_stream *s = nullptr;
+
+	zcrpc_status Start(zcrpc_channel *ch, const std::string &service)
+	{
+		zcrpc_stream_handlers h{};
+		h.size = sizeof(h);
+		h.on_message = [](zcrpc_stream *, const void *d, size_t n, void *a) {
+			const uint8_t *p = static_cast<const uint8_t *>(d);
+			static_cast<Watcher *>(a)->statuses.push_back(
+				n == 0 ? 0 : (n == 2 && p[0] == 0x08) ? p[1] : -1);
+		};
+		h.on_finish = [](zcrpc_stream *, const zcrpc_stream_end *e, void *a) {
+			auto *w = static_cast<Watcher *>(a);
+			w->finished = true;
+			w->end = e->status;
+		};
+		h.arg = this;
+		zcrpc_status st = zcrpc_stream_start(ch, zcrpc_method_id(ZCRPC_HEALTH_WATCH),
+						     nullptr, &h, &s);
+		if (st != ZCRPC_OK)
+			return st;
+		std::string req = CheckRequest(service);
+		st = zcrpc_stream_write(s, req.data(), req.size());
+		if (st == ZCRPC_OK)
+			st = zcrpc_stream_close_send(s);
+		return st;
+	}
+};
+
+} // namespace
+
+TEST_F(Balance, HealthWatchSendsTheStatusAndEachChangeAndEndsNotServingWhenTheServerDrains)
+{
+	zcrpc_server_opts so;
+	zcrpc_server_opts_init(&so);
+	ServerThread srv;
+	ASSERT_TRUE(srv.Start(env_.addr0, so));
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	zcrpc_channel *ch = nullptr;
+	ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), srv.port_str().c_str(), nullptr, &ch),
+		  ZCRPC_OK);
+	Watcher all, kv, unknown;
+	ASSERT_EQ(all.Start(ch, ""), ZCRPC_OK);
+	srv.OnWorker([&] { zcrpc_server_set_serving(srv.s, "kv.Kv", ZCRPC_SERVING_SERVING); });
+	ASSERT_EQ(kv.Start(ch, "kv.Kv"), ZCRPC_OK);
+	ASSERT_EQ(unknown.Start(ch, "no.Such"), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] {
+		return !all.statuses.empty() && !kv.statuses.empty() && !unknown.statuses.empty();
+	}, Scaled(5000)));
+	EXPECT_EQ(all.statuses, std::vector<int>{1});
+	EXPECT_EQ(kv.statuses, std::vector<int>{1});
+	EXPECT_EQ(unknown.statuses, std::vector<int>{3}) << "SERVICE_UNKNOWN";
+	// A change made on another thread reaches the watchers of that service.
+	srv.OnWorker([&] { zcrpc_server_set_serving(srv.s, "kv.Kv", ZCRPC_SERVING_NOT_SERVING); });
+	ASSERT_TRUE(ProgressUntil(w, [&] { return kv.statuses.size() == 2; }, Scaled(5000)));
+	EXPECT_EQ(kv.statuses.back(), 2);
+	srv.OnWorker([&] { zcrpc_server_set_serving(srv.s, "kv.Kv", ZCRPC_SERVING_SERVING); });
+	ASSERT_TRUE(ProgressUntil(w, [&] { return kv.statuses.size() == 3; }, Scaled(5000)));
+	EXPECT_EQ(kv.statuses.back(), 1);
+	ProgressUntil(w, [] { return false; }, 200ms);
+	EXPECT_EQ(all.statuses.size(), 1u) << "another service's change is not sent";
+	EXPECT_FALSE(all.finished);
+	zcrpc_stream_cancel(all.s);
+	zcrpc_stream_cancel(kv.s);
+	zcrpc_stream_cancel(unknown.s);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return all.finished && kv.finished && unknown.finished; },
+				  Scaled(5000)));
+	zcrpc_channel_destroy(ch);
+
+	// A server that drains (SIGTERM: zcrpc_server_shutdown) tells its
+	// watchers NOT_SERVING and ends their streams; the drain does not
+	// wait for them.
+	Peer p;
+	ASSERT_TRUE(p.Start(env_.addr0, "draining"));
+	ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), std::to_string(p.port).c_str(),
+				       nullptr, &ch),
+		  ZCRPC_OK);
+	Watcher d;
+	ASSERT_EQ(d.Start(ch, ""), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return !d.statuses.empty(); }, Scaled(5000)));
+	auto t0 = steady_clock::now();
+	kill(p.child->pid, SIGTERM);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return d.finished; }, Scaled(5000)));
+	EXPECT_EQ(d.statuses, (std::vector<int>{1, 2}));
+	EXPECT_EQ(d.end, ZCRPC_OK);
+	EXPECT_EQ(p.child->Wait(Scaled(10000)), 0);
+	std::printf("watch ended %lld ms after SIGTERM; the peer exited after\n",
+		    static_cast<long long>(duration_cast<milliseconds>(steady_clock::now() - t0).count()));
+	zcrpc_channel_destroy(ch);
+	zcrpc_worker_destroy(w);
 }
