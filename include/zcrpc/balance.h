@@ -7,8 +7,9 @@
  * Such a channel is an ordinary zcrpc_channel: zcrpc_call_start(),
  * zcrpc_call(), zcrpc_call_cancel(), zcrpc_stream_start(), the protobuf-c
  * stubs and zcrpc_channel_destroy() take it, and callbacks get it as their
- * @ch. Behind it, each backend has a connection of its own (made lazily,
- * remade with the channel's backoff). A backend whose connection fails or
+ * @ch. Behind it, each backend has a connection (made lazily, remade
+ * with the channel's backoff), shared with the worker's other target
+ * channels whose options match. A backend whose connection fails or
  * that sends GOAWAY leaves the pick set at once and comes back when its
  * backoff ends and a new connection comes up. docs/balancing.md tells the
  * whole design.
@@ -195,6 +196,75 @@ ZCRPC_API zcrpc_status zcrpc_channel_create_target(zcrpc_worker *w,
 ZCRPC_API size_t zcrpc_channel_get_backends(const zcrpc_channel *ch,
 					    zcrpc_backend_info *out,
 					    size_t max, size_t info_size);
+
+/* ---- connections shared and capped -------------------------------------- */
+
+/*
+ * Target channels on one worker share their backends' connections: a
+ * backend whose address and connection options (every field of
+ * zcrpc_channel_opts but the balancing ones: lb_policy, picker,
+ * retry_buffer, health_check_ms, health_service, default_timeout_us,
+ * no_sharing) match another target channel's backend on the same worker
+ * uses that backend's connection (its "subchannel"), so N channels to a
+ * service hold one connection per server, not N. A channel made by
+ * zcrpc_channel_create() is a connection of its own, never shared (the
+ * path with nothing between the call and the connection).
+ */
+
+/** The process's client connections: how many its channels may hold at
+ * once, and how long one may stay idle. Initialise with
+ * zcrpc_conn_cap_opts_init(). */
+typedef struct zcrpc_conn_cap_opts {
+	size_t size; /**< sizeof(zcrpc_conn_cap_opts), set by init */
+	/** Connections the process's channels (all workers, plain and
+	 * target channels' alike) may hold at once, counting those being
+	 * made; 0 = no cap (the default). At the cap a new connection closes
+	 * the least recently used idle one (connected, no call, stream or
+	 * grant on it), on whichever worker holds it, in order (the server
+	 * sees an orderly close); its channel connects again at its next
+	 * call. With none idle the new connection is refused: its calls fail
+	 * RESOURCE_EXHAUSTED ("connection cap ... reached"). Lowering the cap
+	 * below the connections held closes none at once; they go as new
+	 * ones need room or as they idle out. */
+	uint32_t max_conns;
+	/** A channel's connection idle this long (ms) is closed in order and
+	 * made again at the channel's next call; 0 = never (the default).
+	 * Health checks (zcrpc_channel_opts.health_check_ms) are calls. */
+	int64_t idle_timeout_ms;
+	/* New fields go here (0 must mean the old behaviour). */
+} zcrpc_conn_cap_opts;
+
+ZCRPC_API void zcrpc_conn_cap_opts_init_sized(zcrpc_conn_cap_opts *o,
+					      size_t size);
+static inline void zcrpc_conn_cap_opts_init(zcrpc_conn_cap_opts *o)
+{
+	zcrpc_conn_cap_opts_init_sized(o, sizeof(*o));
+}
+
+/**
+ * zcrpc_set_conn_cap - set the process's connection cap and idle timeout
+ * (@o copied; NULL: no cap, no timeout). Any thread; it applies to the
+ * connections made and the idle periods begun from then on.
+ * INVALID_ARGUMENT (a short @size, a negative timeout).
+ */
+ZCRPC_API zcrpc_status zcrpc_set_conn_cap(const zcrpc_conn_cap_opts *o);
+
+/** The process's client connections, read with zcrpc_get_conn_cap_stats(). */
+typedef struct zcrpc_conn_cap_stats {
+	size_t size;	    /**< bytes the library filled */
+	uint32_t open;	    /**< connections channels hold now (made or being made) */
+	uint32_t max_conns; /**< the cap (0 = none) */
+	uint64_t evicted;   /**< idle connections closed to make room at the cap */
+	uint64_t idle_closed; /**< closed after idle_timeout_ms */
+	uint64_t refused;   /**< connections refused at the cap, none idle */
+	uint32_t subchannels; /**< target channels' backend connections alive (shared or not) */
+	uint32_t shares;    /**< of their users, those beyond each one's first: backends that use another's */
+	/* New fields go here. */
+} zcrpc_conn_cap_stats;
+
+/** Copies the process's connection counters into @out (written through
+ * @out_size: pass sizeof(*out)). Any thread. */
+ZCRPC_API void zcrpc_get_conn_cap_stats(zcrpc_conn_cap_stats *out, size_t out_size);
 
 /* ---- retries ------------------------------------------------------------- */
 

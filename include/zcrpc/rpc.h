@@ -135,6 +135,10 @@ typedef struct zcrpc_channel_opts {
 	 * sends GOAWAY). */
 	int64_t health_check_ms;
 	const char *health_service;
+	/** Target channels: 1 gives this channel's backends connections of
+	 * their own; 0 (the default) shares each with the other target
+	 * channels of the worker whose options match (zcrpc/balance.h). */
+	int no_sharing;
 	/* New fields go here (0 must mean the old behaviour: docs/abi.md). */
 } zcrpc_channel_opts;
 

@@ -44,12 +44,21 @@ zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch)
 	co.device = ch->o.device ? ch->device : NULL;
 	co.port = ch->o.port;
 	co.gid_index = ch->o.gid_index;
+	st = zcrpc__channel_take_unit(ch);
+	if (st != ZCRPC_OK)
+		return st;
 	st = zcrpc_connect(ch->w, ch->host, ch->port, &co, &h, &ch->conn);
-	if (st == ZCRPC_OK) {
-		if (ch->attempts++)
-			ch->st.reconnects++;
-		ch->conn_up = 0;
+	if (st != ZCRPC_OK) {
+		zcrpc__cap_put(&ch->cap);
+		snprintf(ch->down_why, sizeof(ch->down_why),
+			 "cannot start connecting to %s:%s: %s", ch->host,
+			 ch->port, zcrpc_status_str(st));
+		return st;
 	}
+	if (ch->attempts++)
+		ch->st.reconnects++;
+	ch->conn_up = 0;
+	ch->idle_closed = 0;
 	return st;
 }
 
@@ -81,9 +90,12 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 				ch, zcrpc__channel_queue_first(ch), st, why);
 		ch->conn = NULL;
 		ch->conn_up = 0;
+		ch->cap_idle = 0;
+		zcrpc__cap_put(&ch->cap);
 	} else if (conn == ch->draining) {
 		ch->draining = NULL;
-	}
+		zcrpc__cap_put(&ch->cap);
+	} /* else closed idle: its unit went then */
 	zcrpc__cstreams_conn_gone(ch, conn, st, why);
 	zcrpc__channel_drop_cancels(ch, conn);
 	zcrpc_conn_destroy(conn);
@@ -112,8 +124,9 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 			ch->down_status = ZCRPC_UNAVAILABLE;
 			zcrpc__channel_flush_queue(ch);
 			zcrpc__cstreams_flush(ch, conn);
-			if (ch->parent) /* calls waiting for a backend may go */
-				zcrpc__lb_arm(ch->parent->lb, zcrpc__now_ns());
+			/* calls waiting for a backend may go */
+			zcrpc__channel_users_changed(ch, 0);
+			zcrpc__channel_idle_check(ch);
 		}
 		return;
 	}
@@ -139,13 +152,22 @@ static void on_state(zcrpc_conn *conn, zcrpc_conn_state s, zcrpc_status st,
 		ch->down_status = st == ZCRPC_UNAUTHENTICATED ? st
 							      : ZCRPC_UNAVAILABLE;
 		snprintf(ch->down_why, sizeof(ch->down_why), "%s", why);
-		if (ch->parent) { /* it left the pick set: look again */
-			zcrpc__lb_refresh_soon(ch->parent->lb);
-			zcrpc__lb_arm(ch->parent->lb, zcrpc__now_ns());
-		}
+		/* it left the pick set: look again */
+		zcrpc__channel_users_changed(ch, 1);
 	}
 	conn_gone(ch, conn, st == ZCRPC_UNAUTHENTICATED ? st : ZCRPC_UNAVAILABLE,
 		  why);
+}
+
+void zcrpc__channel_drop_conn(zcrpc_channel *ch, zcrpc_conn *conn,
+			      const char *why)
+{
+	if (!conn || (conn != ch->conn && conn != ch->draining))
+		return;
+	if (conn == ch->conn)
+		ch->next_attempt_ns = 0; /* not the server's failure */
+	conn_gone(ch, conn, ZCRPC_UNAVAILABLE, why);
+	zcrpc__channel_users_changed(ch, 0);
 }
 
 static void on_writable(zcrpc_conn *conn, void *arg)
@@ -197,10 +219,13 @@ static void on_frame(void *arg, const struct zcrpc_frame *fp)
 		zcrpc__ccall_on_grant(ch, conn, &f);
 		break;
 	case ZCRPC_FRAME_GOAWAY:
-		if (conn == ch->conn) {
+		/* (an idle connection evicted meanwhile is closed here) */
+		if (conn == ch->conn && !zcrpc__channel_wake(ch)) {
 			/* New calls go to a new connection; this one drains. */
-			if (ch->draining)
+			if (ch->draining) {
 				zcrpc_conn_close(ch->draining);
+				zcrpc__cap_put(&ch->cap);
+			}
 			ch->draining = conn;
 			ch->conn = NULL;
 			ch->conn_up = 0;
@@ -218,12 +243,11 @@ static void on_frame(void *arg, const struct zcrpc_frame *fp)
 			/* A backend of a target channel leaves its pick set
 			 * for a backoff; a lone channel reconnects at once. */
 			ch->next_attempt_ns =
-				ch->parent ? zcrpc__now_ns() +
+				ch->is_sub ? zcrpc__now_ns() +
 						     (int64_t)ch->o.backoff_initial_ms *
 							     1000000LL
 					   : 0;
-			if (ch->parent)
-				zcrpc__lb_arm(ch->parent->lb, zcrpc__now_ns());
+			zcrpc__channel_users_changed(ch, 0);
 		}
 		break;
 	default:
@@ -356,6 +380,9 @@ zcrpc_status zcrpc_channel_create(zcrpc_worker *w, const char *host,
 	zcrpc__list_init(&ch->queue);
 	zcrpc__list_init(&ch->zombies);
 	zcrpc__list_init(&ch->grants);
+	zcrpc__list_init(&ch->users);
+	zcrpc__list_init(&ch->share_link);
+	zcrpc__channel_cap_init(ch);
 	ch->rng = (uint64_t)zcrpc__now_ns() | 1;
 	zcrpc__bulk_init(&ch->bulk, zcrpc_worker_get_context(w), (size_t)2 << 30);
 	ch->timer.fn = zcrpc__channel_on_timer;
@@ -393,6 +420,7 @@ void zcrpc_channel_destroy(zcrpc_channel *ch)
 	zcrpc__channel_drop_cancels(ch, NULL);
 	zcrpc_conn_destroy(ch->conn);
 	zcrpc_conn_destroy(ch->draining);
+	zcrpc__cap_leave(&ch->cap);
 	zcrpc__bulk_fini(&ch->bulk);
 	zcrpc__call_table_fini(&ch->calls);
 	free(ch->host);

@@ -58,8 +58,8 @@ void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c)
 	release_buffers(ch, c);
 	c->state = CS_FREE;
 	zcrpc__call_table_release(&ch->calls, c);
-	if (!part)
-		ch->st.in_flight--;
+	if (!part && !--ch->st.in_flight)
+		zcrpc__channel_idle_check(ch);
 }
 
 static void queue_remove(zcrpc_channel *ch, struct ccall *c)
@@ -112,11 +112,11 @@ static void deliver(zcrpc_channel *ch, struct ccall *c, const zcrpc_reply *r)
 			zcrpc__cstream_part_failed(ch, c, r->status, r->message);
 		return;
 	}
-	if (ch->ics.n) {
+	if (c->ics && c->ics->n) {
 		if (r->status == ZCRPC_OK)
-			zcrpc__cchain_message(&ch->ics, &c->ic, 0,
+			zcrpc__cchain_message(c->ics, &c->ic, 0,
 					      r->len + r->attachment_len);
-		zcrpc__cchain_end(&ch->ics, &c->ic, r->status, r->message,
+		zcrpc__cchain_end(c->ics, &c->ic, r->status, r->message,
 				  r->md, r->n_md);
 	}
 	if (r->status == ZCRPC_OK)
@@ -399,6 +399,7 @@ void zcrpc__channel_on_timer(struct zcrpc__timer *t, int64_t now)
 	}
 	zcrpc__channel_run_done(ch);
 	zcrpc__channel_check_zombies(ch, now, &next_due);
+	zcrpc__channel_cap_timer(ch, now, &next_due);
 	if (!zcrpc__list_empty(&ch->grants)) {
 		/* Grants waiting for a window-bind slot: no callback tells. */
 		if (ch->conn)
@@ -562,9 +563,15 @@ static void send_or_connect(zcrpc_channel *ch, struct ccall *c)
 	} else if (zcrpc__now_ns() < ch->next_attempt_ns) {
 		zcrpc__ccall_complete(ch, c, ZCRPC_UNAVAILABLE,
 				      "not connected (waiting to reconnect)");
-	} else if (zcrpc__channel_connect(ch) != ZCRPC_OK) {
-		zcrpc__ccall_complete(ch, c, ZCRPC_UNAVAILABLE,
-				      "cannot start connecting");
+	} else {
+		zcrpc_status st = zcrpc__channel_connect(ch);
+
+		if (st != ZCRPC_OK) /* the cap's refusal is its own status */
+			zcrpc__ccall_complete(ch, c,
+					      st == ZCRPC_RESOURCE_EXHAUSTED
+						      ? st
+						      : ZCRPC_UNAVAILABLE,
+					      ch->down_why);
 	}
 }
 
@@ -590,6 +597,25 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 			      const zcrpc_call_opts *o, zcrpc_call_cb cb,
 			      void *arg, zcrpc_call_id *id)
 {
+	if (!ch || !cb || (len && !fill))
+		return ZCRPC_INVALID_ARGUMENT;
+	if (ch->destroying)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (ch->lb) /* a target channel: lb_call.c picks a backend */
+		return zcrpc__lb_call_start(ch, method, len, fill, fill_ctx, o,
+					    cb, arg, id);
+	return zcrpc__call_start_ics(ch, method, len, fill, fill_ctx, o, cb,
+				     arg, id, &ch->ics);
+}
+
+zcrpc_status zcrpc__call_start_ics(zcrpc_channel *ch, uint32_t method,
+				   size_t len, zcrpc_fill_fn fill,
+				   void *fill_ctx, const zcrpc_call_opts *o,
+				   zcrpc_call_cb cb, void *arg,
+				   zcrpc_call_id *id,
+				   const struct zcrpc__cchain *ics)
+{
+	static const struct zcrpc__cchain none;
 	zcrpc_md all_md[ZCRPC_MD_MAX_PAIRS];
 	struct zcrpc__icall ic = {{0}, 0, 0};
 	zcrpc_call_opts co;
@@ -599,13 +625,8 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	int64_t timeout_us;
 	zcrpc_status st;
 
-	if (!ch || !cb || (len && !fill))
-		return ZCRPC_INVALID_ARGUMENT;
-	if (ch->destroying)
-		return ZCRPC_FAILED_PRECONDITION;
-	if (ch->lb) /* a target channel: lb_call.c picks a backend */
-		return zcrpc__lb_call_start(ch, method, len, fill, fill_ctx, o,
-					    cb, arg, id);
+	if (!ics)
+		ics = &none;
 	co = call_opts_default; /* what zcrpc_call_opts_init gives */
 	if (o && ZCRPC__ABI_IN(&co, o, ZCRPC__MIN_CALL_OPTS) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
@@ -622,14 +643,14 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 	if (!c)
 		return no_call(ch);
 	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
-	if (ch->ics.n) {
-		st = zcrpc__cchain_start_md(&ch->ics, method, 0, timeout_us,
-					    &co.md, &co.n_md, all_md, &ic);
+	if (ics->n) {
+		st = zcrpc__cchain_start_md(ics, method, 0, timeout_us, &co.md,
+					    &co.n_md, all_md, &ic);
 		if (st == ZCRPC_OK)
 			st = check_opts(ch, &co, len, &inline_cap);
 		if (st != ZCRPC_OK)
 			goto err_intercepted;
-		zcrpc__cchain_message(&ch->ics, &ic, 1, len);
+		zcrpc__cchain_message(ics, &ic, 1, len);
 	}
 
 	memset(&f, 0, sizeof(f));
@@ -642,6 +663,8 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 		goto err_intercepted;
 	zcrpc__call_table_take(&ch->calls);
 	c->ic = ic;
+	c->ics = ics->n ? ics : NULL;
+	zcrpc__channel_wake(ch); /* before the call counts as work */
 	enqueue(ch, c, &co, cb, arg, timeout_us);
 	if (id)
 		*id = f.call_id;
@@ -650,7 +673,7 @@ zcrpc_status zcrpc_call_start(zcrpc_channel *ch, uint32_t method, size_t len,
 
 err_intercepted:
 	/* The interceptors that started hear how it ended (once). */
-	zcrpc__cchain_end(&ch->ics, &ic, st, "the call could not be started",
+	zcrpc__cchain_end(ics, &ic, st, "the call could not be started",
 			  NULL, 0);
 	return st;
 }
@@ -684,4 +707,28 @@ zcrpc_status zcrpc_call_cancel(zcrpc_channel *ch, zcrpc_call_id id)
 	zcrpc__ccall_complete(ch, c, ZCRPC_CANCELLED,
 			      "cancelled by the caller");
 	return ZCRPC_OK;
+}
+
+zcrpc_conn *zcrpc__ccall_detach(zcrpc_channel *ch, zcrpc_call_id id,
+				const char *why)
+{
+	struct ccall *c = zcrpc__ccall_lookup(ch, (uint32_t)id);
+	zcrpc_conn *risk = NULL;
+
+	if (!c || c->state == CS_FREE || c->stream_part)
+		return NULL;
+	if ((c->state == CS_WRITING && c->src_mr) ||
+	    (c->granted && c->has_reply_into))
+		risk = c->conn;
+	if (c->state == CS_SENT || c->state == CS_REPLY_BULK)
+		zcrpc__ccall_send_cancel(ch, c);
+	else if (c->state == CS_WRITING)
+		c->cancel_after_write = 1; /* CANCEL must not overtake it */
+	zcrpc__ccall_complete(ch, c, ZCRPC_CANCELLED, why);
+	if (c->ics) /* they hear the end the caller will hear */
+		zcrpc__cchain_end(c->ics, &c->ic, ZCRPC_CANCELLED, why, NULL,
+				  0);
+	c->ics = NULL;
+	c->cb = NULL;
+	return risk;
 }

@@ -9,6 +9,7 @@
 #define ZCRPC_RPC_CLIENT_INTERNAL_H
 
 #include "../core/list.h"
+#include "conn_cap.h"
 #include "rpc_internal.h"
 #include "intercept.h"
 
@@ -77,7 +78,11 @@ struct ccall {
 	zcrpc_msg reply_msg;
 	int has_reply_msg;
 	struct zcrpc_frame reply;
-	struct zcrpc__icall ic; /* the channel's interceptors for this call */
+	/* the interceptors this call runs (the channel's, or for an attempt
+	 * of a target channel's call that channel's; NULL: none) and their
+	 * states */
+	const struct zcrpc__cchain *ics;
+	struct zcrpc__icall ic;
 	/* result, for the done list */
 	zcrpc_status status;
 	char message[256]; /* a limit's reason after "could not connect to
@@ -127,12 +132,27 @@ struct zcrpc_channel {
 	/* A target channel (zcrpc/balance.h, lb_internal.h): its backends,
 	 * picker and calls; NULL for a channel to one server. */
 	struct zcrpc__lb *lb;
-	/* A backend's subchannel: the target channel it serves (it backs
-	 * off after GOAWAY), or NULL. */
-	zcrpc_channel *parent;
+	/* A subchannel: the connection of target channels' backends
+	 * (subchannel.c), shared by those on its worker whose options match
+	 * (pooled) unless one asked for its own. @users are their backends
+	 * (struct zcrpc__backend.ulink), told when it comes up, fails or is
+	 * told to go away; it backs off after GOAWAY. */
+	unsigned is_sub : 1;
+	unsigned pooled : 1;
+	uint32_t share_refs;
+	struct zcrpc__list share_link; /* the pool's list while pooled */
+	struct zcrpc__list users;
 	/* While a call's callback runs: it completed before its request
 	 * went out (a target channel may send it elsewhere). */
 	unsigned cb_unsent : 1;
+	/* the process's connection cap (channel_cap.c): the channel's
+	 * units; cap_idle: its connection is marked idle; idle_closed: that
+	 * connection was closed (evicted, or the idle timeout), the channel
+	 * IDLE since idle_closed_ns until a call connects it again */
+	struct zcrpc__capholder cap;
+	unsigned cap_idle : 1;
+	unsigned idle_closed : 1;
+	int64_t idle_closed_ns;
 };
 
 static inline uint32_t zcrpc__ccall_ref(const zcrpc_channel *ch,
@@ -164,10 +184,56 @@ static inline struct ccall *zcrpc__ccall_at(zcrpc_channel *ch, uint32_t idx)
 
 /* ---- channel.c: the connection ---- */
 zcrpc_status zcrpc__channel_connect(zcrpc_channel *ch);
+/* Drops @conn (the current or the draining one) at once: its calls fail
+ * UNAVAILABLE with @why, it is destroyed, and the channel is IDLE (no
+ * backoff). For a subchannel whose sharer goes while the device may still
+ * use that sharer's memory through @conn. */
+void zcrpc__channel_drop_conn(zcrpc_channel *ch, zcrpc_conn *conn,
+			      const char *why);
+
+/* ---- channel_cap.c: the process's connection cap ---- */
+void zcrpc__channel_cap_init(zcrpc_channel *ch);
+/* A unit for a new connection; RESOURCE_EXHAUSTED (the reason in
+ * ch->down_why) at the cap with none idle. */
+zcrpc_status zcrpc__channel_take_unit(zcrpc_channel *ch);
+/* Marks the connection idle when nothing is on it (arms the timeout). */
+void zcrpc__channel_idle_check(zcrpc_channel *ch);
+/* Work comes to a channel whose connection is marked idle: 1 when it
+ * had been evicted (it is closed now: connect anew). */
+int zcrpc__channel_wake_slow(zcrpc_channel *ch);
+static inline int zcrpc__channel_wake(zcrpc_channel *ch)
+{
+	return ch->cap_idle ? zcrpc__channel_wake_slow(ch) : 0;
+}
+/* Closes the idle connection whose unit is gone (evicted, timed out). */
+void zcrpc__channel_close_idle(zcrpc_channel *ch);
+/* From the channel's timer: the idle timeout, an eviction not yet seen. */
+void zcrpc__channel_cap_timer(zcrpc_channel *ch, int64_t now,
+			      int64_t *next_due);
+
+/* ---- subchannel.c: target channels' backends' connections ---- */
+/* Tells @sub's users its state changed (@failed: it failed or was told to
+ * go away: they ask their resolvers again). */
+void zcrpc__channel_users_changed(zcrpc_channel *sub, int failed);
 void zcrpc__channel_protocol_error(zcrpc_channel *ch, zcrpc_conn *conn,
 				   const char *why);
 
 /* ---- client_call.c: calls, completion, deadlines ---- */
+/* zcrpc_call_start() on a channel to one server, the call running @ics
+ * (NULL: no interceptors): a target channel's attempts run its own. */
+zcrpc_status zcrpc__call_start_ics(zcrpc_channel *ch, uint32_t method,
+				   size_t len, zcrpc_fill_fn fill,
+				   void *fill_ctx, const zcrpc_call_opts *o,
+				   zcrpc_call_cb cb, void *arg,
+				   zcrpc_call_id *id,
+				   const struct zcrpc__cchain *ics);
+/* Its caller goes (a target channel is destroyed): call @id is cancelled
+ * as zcrpc_call_cancel() does, its interceptors end now with CANCELLED
+ * @why, and no callback will run for it. Returns the connection whose
+ * device may still use the caller's memory for it (its attachment being
+ * written, or its reply_into granted to the server), or NULL. */
+zcrpc_conn *zcrpc__ccall_detach(zcrpc_channel *ch, zcrpc_call_id id,
+				const char *why);
 void zcrpc__ccall_free(zcrpc_channel *ch, struct ccall *c);
 void zcrpc__ccall_complete(zcrpc_channel *ch, struct ccall *c, zcrpc_status st,
 			   const char *msg);

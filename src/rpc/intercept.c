@@ -24,9 +24,8 @@ zcrpc_status zcrpc_channel_add_interceptor(zcrpc_channel *ch,
 		return ZCRPC_FAILED_PRECONDITION;
 	if (ch->ics.n == ZCRPC_MAX_INTERCEPTORS)
 		return ZCRPC_RESOURCE_EXHAUSTED;
+	/* (a target channel's attempts and streams run it: lb_call.c) */
 	ch->ics.ic[ch->ics.n++] = c;
-	if (ch->lb) /* its backends' subchannels run the chain */
-		zcrpc__lb_interceptors_changed(ch);
 	return ZCRPC_OK;
 }
 

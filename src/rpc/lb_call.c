@@ -143,10 +143,10 @@ static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 	so.hash_key = NULL;
 	so.hash_key_len = 0;
 	so.flags = 0;
-	st = zcrpc_call_start(be->sub, c->method, c->len,
-			      c->kept ? kept_fill : c->fill,
-			      c->kept ? c->req : c->fill_ctx, &so, on_attempt,
-			      c, &c->sub_id);
+	st = zcrpc__call_start_ics(be->sub, c->method, c->len,
+				   c->kept ? kept_fill : c->fill,
+				   c->kept ? c->req : c->fill_ctx, &so,
+				   on_attempt, c, &c->sub_id, &lb->ch->ics);
 	if (st != ZCRPC_OK) {
 		if (first) {
 			lb->ch->start_why = be->sub->start_why;
@@ -161,6 +161,7 @@ static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 		return ZCRPC_OK;
 	}
 	be->picks++;
+	be->live++;
 	c->be = be;
 	c->attempts++;
 	c->state = LB_LIVE;
@@ -212,7 +213,7 @@ static int again(struct zcrpc__lb *lb, struct lbcall *c, zcrpc_status st,
 static void on_attempt(zcrpc_channel *sub, const zcrpc_reply *r, void *arg)
 {
 	struct lbcall *c = arg;
-	struct zcrpc__lb *lb = sub->parent->lb;
+	struct zcrpc__lb *lb = c->lb;
 	zcrpc_reply cancelled;
 
 	if (c->be) {
@@ -220,6 +221,7 @@ static void on_attempt(zcrpc_channel *sub, const zcrpc_reply *r, void *arg)
 			c->be->ok++;
 		else
 			c->be->failed++;
+		c->be->live--;
 	}
 	c->be = NULL;
 	c->sub_id = 0;
@@ -304,6 +306,7 @@ zcrpc_status zcrpc__lb_call_start(zcrpc_channel *ch, uint32_t method,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	zcrpc__list_init(&c->link);
+	c->lb = lb;
 	st = keep_opts(c, &co);
 	if (st != ZCRPC_OK)
 		goto err;
@@ -328,6 +331,7 @@ zcrpc_status zcrpc__lb_call_start(zcrpc_channel *ch, uint32_t method,
 	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
 	c->deadline_ns = timeout_us ? zcrpc__now_ns() + timeout_us * 1000 : 0;
 	c->pol = policy_of(lb, method);
+	lb->last_call_ns = zcrpc__now_ns();
 	ch->st.calls_started++;
 	ch->st.in_flight++;
 	st = attempt(lb, c, 1);
@@ -414,6 +418,31 @@ int64_t zcrpc__lb_run_calls(struct zcrpc__lb *lb, int64_t now)
 		deliver(lb, c, &r);
 	}
 	return due;
+}
+
+void zcrpc__lb_detach_calls(struct zcrpc__lb *lb, struct zcrpc__backend *be,
+			    const char *why, zcrpc_conn **risk, size_t *n_risk)
+{
+	uint32_t i;
+	size_t k;
+
+	for (i = 0; i < lb->calls.n; i++) {
+		struct lbcall *c = zcrpc__call_table_at(&lb->calls, i);
+		zcrpc_conn *conn;
+
+		if (c->state != LB_LIVE || c->be != be)
+			continue;
+		conn = zcrpc__ccall_detach(be->sub, c->sub_id, why);
+		for (k = 0; conn && k < *n_risk && risk[k] != conn; k++)
+			;
+		if (conn && k == *n_risk && *n_risk < 2)
+			risk[(*n_risk)++] = conn;
+		be->live--;
+		c->be = NULL;
+		c->sub_id = 0;
+		c->cancelled = 1;
+		complete(lb, c, ZCRPC_CANCELLED, why);
+	}
 }
 
 void zcrpc__lb_cancel_all(struct zcrpc__lb *lb)

@@ -84,46 +84,75 @@ void zcrpc__lb_refresh_soon(struct zcrpc__lb *lb)
 	zcrpc__lb_arm(lb, lb->next_refresh_ns);
 }
 
-/* Adds @sub's counters (all but the calls', which the target channel
- * keeps itself) to @sum. */
-static void add_counters(zcrpc_channel_stats *sum, const zcrpc_channel_stats *s)
+/* Adds what a subchannel's counters @s did since @b (all but the calls',
+ * which the target channel keeps itself, and the open streams, counted
+ * apart) to @sum. */
+static void add_counters(zcrpc_channel_stats *sum, const zcrpc_channel_stats *s,
+			 const zcrpc_channel_stats *b)
 {
-	sum->late_replies += s->late_replies;
-	sum->queue_full += s->queue_full;
-	sum->reconnects += s->reconnects;
-	sum->copied_bytes += s->copied_bytes;
-	sum->grant_timeouts += s->grant_timeouts;
-	sum->bulk_bad_writes += s->bulk_bad_writes;
-	sum->protocol_errors += s->protocol_errors;
-	sum->cancels_lost += s->cancels_lost;
-	sum->streams_started += s->streams_started;
-	sum->streams_ok += s->streams_ok;
-	sum->streams_failed += s->streams_failed;
-	sum->streams_open += s->streams_open;
-	sum->stream_msgs_sent += s->stream_msgs_sent;
-	sum->stream_msgs_recv += s->stream_msgs_recv;
-	sum->stream_bytes_sent += s->stream_bytes_sent;
-	sum->stream_bytes_recv += s->stream_bytes_recv;
-	sum->stream_bulk_msgs += s->stream_bulk_msgs;
-	sum->stream_batches += s->stream_batches;
-	sum->stream_batched_frames += s->stream_batched_frames;
-	sum->stream_bulk_msgs_recv += s->stream_bulk_msgs_recv;
+#define ADD(f) sum->f += s->f - b->f
+	ADD(late_replies);
+	ADD(queue_full);
+	ADD(reconnects);
+	ADD(copied_bytes);
+	ADD(grant_timeouts);
+	ADD(bulk_bad_writes);
+	ADD(protocol_errors);
+	ADD(cancels_lost);
+	ADD(streams_started);
+	ADD(streams_ok);
+	ADD(streams_failed);
+	ADD(stream_msgs_sent);
+	ADD(stream_msgs_recv);
+	ADD(stream_bytes_sent);
+	ADD(stream_bytes_recv);
+	ADD(stream_bulk_msgs);
+	ADD(stream_batches);
+	ADD(stream_batched_frames);
+	ADD(stream_bulk_msgs_recv);
+#undef ADD
 }
 
+
+/* @be leaves its subchannel: this channel's attempts, health check and
+ * streams there end CANCELLED (their callbacks run inside, the attempts'
+ * from zcrpc__lb_run_calls), its counters are kept, and the subchannel
+ * loses a user (the last destroys it, its connection closed in order).
+ * A shared connection through which the device may still use a caller's
+ * memory for one of them (an attachment being written, a reply_into
+ * granted, a stream message written in place) is dropped first, failing
+ * the calls its other users have on it: nothing else ends the device's
+ * hold before the caller hears CANCELLED. */
 static void backend_destroy(struct zcrpc__lb *lb, struct zcrpc__backend *be)
 {
-	zcrpc_channel_stats gone = be->sub->st;
+	static const char why[] = "channel destroyed";
+	zcrpc_channel *sub = be->sub;
+	zcrpc_conn *risk[2];
+	size_t n_risk = 0, i;
 
-	gone.streams_open = 0; /* none is left once it goes */
-	zcrpc_channel_destroy(be->sub);
-	add_counters(&lb->gone, &gone);
+	zcrpc__lb_detach_calls(lb, be, why, risk, &n_risk);
+	if (be->check_out) {
+		(void)zcrpc__ccall_detach(sub, be->check_call, why);
+		be->check_out = 0;
+	}
+	(void)zcrpc__cstreams_of_owner(sub, lb->ch, risk, &n_risk);
+	if (sub->share_refs > 1)
+		for (i = 0; i < n_risk; i++)
+			zcrpc__channel_drop_conn(
+				sub, risk[i],
+				"connection dropped: a channel sharing it was "
+				"destroyed while the device used its memory");
+	zcrpc__cstreams_end_owner(sub, lb->ch, why);
+	add_counters(&lb->gone, &sub->st, &be->base);
+	zcrpc__list_remove(&be->ulink);
+	zcrpc__subchannel_put(sub);
 	free(be);
 }
 
-static int backend_busy(const struct zcrpc__backend *be)
+static int backend_busy(struct zcrpc__lb *lb, const struct zcrpc__backend *be)
 {
-	return be->sub->st.in_flight ||
-	       !zcrpc__list_empty(&be->sub->live_streams);
+	return be->live || be->check_out ||
+	       zcrpc__cstreams_of_owner(be->sub, lb->ch, NULL, NULL);
 }
 
 void zcrpc__lb_reap_retired(struct zcrpc__lb *lb)
@@ -134,43 +163,31 @@ void zcrpc__lb_reap_retired(struct zcrpc__lb *lb)
 		struct zcrpc__backend *be =
 			zcrpc__container_of(n, struct zcrpc__backend, link);
 
-		if (!backend_busy(be)) {
+		if (!backend_busy(lb, be)) {
 			zcrpc__list_remove(&be->link);
 			backend_destroy(lb, be);
 		}
 	}
 }
 
-/* The subchannels' options: the target channel's, its copies named. */
-static void sub_opts(const zcrpc_channel *ch, zcrpc_channel_opts *so)
-{
-	*so = ch->o;
-	so->identity = ch->o.psk && ch->identity[0] ? ch->identity : NULL;
-	so->device = ch->o.device ? ch->device : NULL;
-	so->src_addr = ch->src_addr;
-	so->lb_policy = NULL;
-	so->picker = NULL;
-}
-
 static struct zcrpc__backend *backend_new(struct zcrpc__lb *lb,
 					  const zcrpc_address *a)
 {
 	struct zcrpc__backend *be = calloc(1, sizeof(*be));
-	zcrpc_channel_opts so;
 
 	if (!be)
 		return NULL;
 	snprintf(be->host, sizeof(be->host), "%s", a->host);
 	snprintf(be->port, sizeof(be->port), "%s", a->port);
 	zcrpc__list_init(&be->link);
-	sub_opts(lb->ch, &so);
-	if (zcrpc_channel_create(lb->ch->w, be->host, be->port, &so,
-				 &be->sub) != ZCRPC_OK) {
+	if (zcrpc__subchannel_get(lb->ch, be->host, be->port, &be->sub) !=
+	    ZCRPC_OK) {
 		free(be);
 		return NULL;
 	}
-	be->sub->parent = lb->ch;
-	be->sub->ics = lb->ch->ics;
+	be->lb = lb;
+	be->base = be->sub->st;
+	zcrpc__list_push_back(&be->sub->users, &be->ulink);
 	return be;
 }
 
@@ -243,7 +260,7 @@ static zcrpc_status set_backends(struct zcrpc__lb *lb, const zcrpc_address *a,
 			;
 		if (j < k)
 			continue;
-		if (backend_busy(be))
+		if (backend_busy(lb, be))
 			zcrpc__list_push_back(&lb->retired, &be->link);
 		else
 			backend_destroy(lb, be);
@@ -267,7 +284,9 @@ fail:
 }
 
 /* Starts connecting the backends that are IDLE (policies that spread
- * calls over all of them want them all ready). */
+ * calls over all of them want them all ready); one whose connection was
+ * closed idle (the cap, the idle timeout) only once this channel makes a
+ * call again. */
 static void kick_idle(struct zcrpc__lb *lb)
 {
 	size_t i;
@@ -277,8 +296,10 @@ static void kick_idle(struct zcrpc__lb *lb)
 	for (i = 0; i < lb->n; i++) {
 		zcrpc_channel *sub = lb->b[i]->sub;
 
-		if (zcrpc__lb_backend_state(lb->b[i]) == ZCRPC_BACKEND_IDLE &&
-		    zcrpc__channel_connect(sub) != ZCRPC_OK) /* try again later */
+		if (zcrpc__lb_backend_state(lb->b[i]) != ZCRPC_BACKEND_IDLE ||
+		    (sub->idle_closed && lb->last_call_ns <= sub->idle_closed_ns))
+			continue;
+		if (zcrpc__channel_connect(sub) != ZCRPC_OK) /* try again later */
 			sub->next_attempt_ns = zcrpc__now_ns() +
 					       (int64_t)sub->o.backoff_initial_ms * MS;
 	}
@@ -445,16 +466,19 @@ static void check_done(zcrpc_channel *sub, const zcrpc_reply *r, void *arg)
 
 	(void)sub;
 	be->check_out = 0;
-	if (r->status == ZCRPC_CANCELLED && sub->destroying)
-		return;
 	/* HealthCheckResponse: status = field 1, a varint; our own encoder
 	 * writes it as two bytes, others may too (values < 128) */
 	serving = r->status == ZCRPC_UNIMPLEMENTED ||
 		  (r->status == ZCRPC_OK && r->len == 2 && p[0] == 0x08 &&
 		   p[1] == ZCRPC_SERVING_SERVING);
-	if (be->unhealthy != !serving && sub->parent)
-		zcrpc__lb_arm(sub->parent->lb, zcrpc__now_ns());
+	if (be->unhealthy != !serving)
+		zcrpc__lb_arm(be->lb, zcrpc__now_ns());
 	be->unhealthy = !serving;
+}
+
+static void copy_fill(void *dst, size_t len, void *ctx)
+{
+	memcpy(dst, ctx, len);
 }
 
 /* Sends the checks that are due; returns when the next one is. */
@@ -478,10 +502,12 @@ static int64_t run_checks(struct zcrpc__lb *lb, int64_t now)
 			be->next_check_ns = 0;
 			continue;
 		}
+		/* no interceptors: a check is not the channel's call */
 		if (!be->check_out && now >= be->next_check_ns &&
-		    zcrpc_call_async(be->sub, lb->check_id, lb->check_req,
-				     lb->check_len, &co, check_done, be,
-				     NULL) == ZCRPC_OK) {
+		    zcrpc__call_start_ics(be->sub, lb->check_id, lb->check_len,
+					  copy_fill, lb->check_req, &co,
+					  check_done, be, &be->check_call,
+					  NULL) == ZCRPC_OK) {
 			be->check_out = 1;
 			be->next_check_ns = now + lb->check_ns;
 		}
@@ -690,13 +716,23 @@ void zcrpc__lb_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *sum)
 	struct zcrpc__list *n;
 	size_t i;
 
+	static const zcrpc_channel_stats zero;
+	const struct zcrpc__backend *be;
+
 	*sum = ch->st;
-	add_counters(sum, &lb->gone);
-	for (i = 0; i < lb->n; i++)
-		add_counters(sum, &lb->b[i]->sub->st);
-	zcrpc__list_foreach(n, &lb->retired)
-		add_counters(sum, &zcrpc__container_of(n, struct zcrpc__backend,
-						       link)->sub->st);
+	add_counters(sum, &lb->gone, &zero);
+	for (i = 0; i < lb->n; i++) {
+		be = lb->b[i];
+		add_counters(sum, &be->sub->st, &be->base);
+		sum->streams_open += zcrpc__cstreams_of_owner(
+			be->sub, ch, NULL, NULL);
+	}
+	zcrpc__list_foreach(n, &lb->retired) {
+		be = zcrpc__container_of(n, struct zcrpc__backend, link);
+		add_counters(sum, &be->sub->st, &be->base);
+		sum->streams_open += zcrpc__cstreams_of_owner(
+			be->sub, ch, NULL, NULL);
+	}
 }
 
 size_t zcrpc_channel_get_backends(const zcrpc_channel *ch,
@@ -733,14 +769,6 @@ size_t zcrpc_channel_get_backends(const zcrpc_channel *ch,
 	return n;
 }
 
-void zcrpc__lb_interceptors_changed(zcrpc_channel *ch)
-{
-	size_t i;
-
-	for (i = 0; i < ch->lb->n; i++)
-		ch->lb->b[i]->sub->ics = ch->ics;
-}
-
 zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
 				    const zcrpc_stream_opts *o,
 				    const zcrpc_stream_handlers *h,
@@ -755,7 +783,7 @@ zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
 		ch->st.no_backend++;
 		return ZCRPC_UNAVAILABLE;
 	}
-	st = zcrpc_stream_start(be->sub, method, o, h, out);
+	st = zcrpc__stream_start_ics(be->sub, method, o, h, &ch->ics, ch, out);
 	if (st == ZCRPC_OK)
 		be->picks++;
 	return st;

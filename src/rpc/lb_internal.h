@@ -19,14 +19,22 @@
 
 #include <pthread.h>
 
-/* One backend of the set: its subchannel and what it did. Its address
- * strings are its own (the views point at them). */
+/* One backend of the set: its subchannel (maybe shared with other
+ * target channels: subchannel.c) and what it did. Its address strings
+ * are its own (the views point at them). */
 struct zcrpc__backend {
 	char host[ZCRPC_HOST_MAX + 1];
 	char port[ZCRPC_PORT_MAX + 1];
+	struct zcrpc__lb *lb;
 	zcrpc_channel *sub;
+	struct zcrpc__list ulink; /* sub->users */
+	uint32_t live;		  /* this channel's attempts on it */
 	uint64_t picks, ok, failed;
+	/* the subchannel's counters when this backend began using it: the
+	 * channel's stats count what it did since (subchannel.c) */
+	zcrpc_channel_stats base;
 	/* health checks (zcrpc_channel_opts.health_check_ms) */
+	zcrpc_call_id check_call;
 	unsigned check_out : 1; /* a Check is in flight */
 	unsigned unhealthy : 1; /* the last check did not say SERVING */
 	int64_t next_check_ns;
@@ -60,6 +68,7 @@ enum lbstate {
 
 struct lbcall {
 	uint8_t state;
+	struct zcrpc__lb *lb;
 	unsigned kept : 1;	/* req holds a copy of the payload */
 	unsigned cancelled : 1; /* by the caller: no further attempt */
 	unsigned wfr : 1;	/* ZCRPC_CALL_WAIT_FOR_READY */
@@ -120,6 +129,7 @@ struct zcrpc__lb {
 	struct lbpolicy pol[ZCRPC__LB_MAX_POLICIES];
 	size_t n_pol;
 	size_t retry_buffer;
+	int64_t last_call_ns; /* the latest call's start */
 	struct zcrpc__timer timer;
 	uint64_t rng;
 	/* health checks: the interval and the encoded HealthCheckRequest */
@@ -149,7 +159,6 @@ void zcrpc__lb_reap_retired(struct zcrpc__lb *lb);
 
 void zcrpc__lb_destroy(zcrpc_channel *ch);
 void zcrpc__lb_get_stats(const zcrpc_channel *ch, zcrpc_channel_stats *sum);
-void zcrpc__lb_interceptors_changed(zcrpc_channel *ch);
 zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
 				    const zcrpc_stream_opts *o,
 				    const zcrpc_stream_handlers *h,
@@ -157,7 +166,26 @@ zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
 zcrpc_status zcrpc__channel_load_opts(zcrpc_channel *ch,
 				      const zcrpc_channel_opts *o);
 
+/* ---- subchannel.c ---- */
+/* A subchannel to @host:@port for a backend of @lbch: a pooled one of the
+ * worker whose options match (unless lbch->o.no_sharing), or a new one. */
+zcrpc_status zcrpc__subchannel_get(zcrpc_channel *lbch, const char *host,
+				   const char *port, zcrpc_channel **out);
+/* A user leaves @sub: the last destroys it. */
+void zcrpc__subchannel_put(zcrpc_channel *sub);
+/* Whether @a and @b's connections would be the same (the sharing key
+ * beside the worker and the address). */
+int zcrpc__conn_opts_same(const zcrpc_channel *a, const zcrpc_channel *b);
+
 /* ---- lb_call.c ---- */
+/* Takes @be's attempts off its subchannel, silently (the channel or the
+ * backend goes): each is cancelled there and completed CANCELLED "why"
+ * here (delivered by zcrpc__lb_run_calls). The connections whose device
+ * may still use a caller's memory for one of them are added to
+ * @risk[0..2) (*@n_risk). */
+void zcrpc__lb_detach_calls(struct zcrpc__lb *lb, struct zcrpc__backend *be,
+			    const char *why, zcrpc_conn **risk,
+			    size_t *n_risk);
 zcrpc_status zcrpc__lb_call_start(zcrpc_channel *ch, uint32_t method,
 				  size_t len, zcrpc_fill_fn fill,
 				  void *fill_ctx, const zcrpc_call_opts *o,

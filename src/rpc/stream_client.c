@@ -9,6 +9,7 @@
 #include "lb_internal.h"
 #include "stream_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,8 @@ void zcrpc__cstream_free(zcrpc_stream *s)
 	s->has_end_frame = 0;
 	zcrpc__list_remove(&s->link);
 	zcrpc__call_table_release(&ch->streams, s);
+	if (zcrpc__list_empty(&ch->live_streams))
+		zcrpc__channel_idle_check(ch);
 }
 
 /* Sends @s's queued frames while its connection takes them: 0 when none
@@ -208,9 +211,14 @@ static void bind_conn(zcrpc_channel *ch, zcrpc_stream *s)
 						  : "not connected (waiting to reconnect)");
 			return;
 		}
-		if (zcrpc__channel_connect(ch) != ZCRPC_OK) {
-			zcrpc__stream_end(s, ZCRPC_UNAVAILABLE,
-					  "cannot start connecting");
+		zcrpc_status st = zcrpc__channel_connect(ch);
+
+		if (st != ZCRPC_OK) {
+			zcrpc__stream_end(s,
+					  st == ZCRPC_RESOURCE_EXHAUSTED
+						  ? st
+						  : ZCRPC_UNAVAILABLE,
+					  ch->down_why);
 			return;
 		}
 	}
@@ -242,6 +250,21 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 				const zcrpc_stream_handlers *h,
 				zcrpc_stream **out)
 {
+	if (!ch || !h || !out)
+		return ZCRPC_INVALID_ARGUMENT;
+	if (ch->destroying)
+		return ZCRPC_FAILED_PRECONDITION;
+	if (ch->lb) /* a target channel: on a backend picked now */
+		return zcrpc__lb_stream_start(ch, method, o, h, out);
+	return zcrpc__stream_start_ics(ch, method, o, h, &ch->ics, NULL, out);
+}
+
+zcrpc_status zcrpc__stream_start_ics(zcrpc_channel *ch, uint32_t method,
+				     const zcrpc_stream_opts *o,
+				     const zcrpc_stream_handlers *h,
+				     const struct zcrpc__cchain *ics,
+				     zcrpc_channel *owner, zcrpc_stream **out)
+{
 	zcrpc_stream_opts so = stream_opts_default;
 	zcrpc_md all_md[ZCRPC_MD_MAX_PAIRS];
 	struct zcrpc__icall ic = {{0}, 0, 0};
@@ -252,12 +275,6 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	int64_t timeout_us, now;
 	size_t mdl;
 
-	if (!ch || !h || !out)
-		return ZCRPC_INVALID_ARGUMENT;
-	if (ch->destroying)
-		return ZCRPC_FAILED_PRECONDITION;
-	if (ch->lb) /* a target channel: on a backend picked now */
-		return zcrpc__lb_stream_start(ch, method, o, h, out);
 	memset(&hh, 0, sizeof(hh));
 	if (ZCRPC__ABI_IN(&hh, h, ZCRPC__MIN_STREAM_HANDLERS) != ZCRPC_OK ||
 	    !hh.on_finish)
@@ -274,9 +291,9 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	if (!s)
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	timeout_us = so.timeout_us ? so.timeout_us : ch->o.default_timeout_us;
-	if (ch->ics.n) {
+	if (ics->n) {
 		zcrpc_status st = zcrpc__cchain_start_md(
-			&ch->ics, method, 1, timeout_us, &so.md, &so.n_md,
+			ics, method, 1, timeout_us, &so.md, &so.n_md,
 			all_md, &ic);
 
 		if (st != ZCRPC_OK)
@@ -291,7 +308,8 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 			  &ch->st.stream_batched_frames);
 	if (so.max_message)
 		s->max_message = so.max_message;
-	s->cics = &ch->ics;
+	s->cics = ics;
+	s->owner = owner;
 	s->ref = zcrpc__call_table_ref(&ch->streams, s);
 	now = zcrpc__now_ns();
 	s->deadline_ns = timeout_us ? now + timeout_us * 1000 : 0;
@@ -304,7 +322,7 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	if (zcrpc__out_build(ch->w, &f, so.md, so.n_md, 0, NULL, NULL, NULL,
 			     &req) != ZCRPC_OK) {
 		/* no slot, or the interceptors' metadata made it too big */
-		zcrpc__cchain_end(&ch->ics, &s->ic, ZCRPC_RESOURCE_EXHAUSTED,
+		zcrpc__cchain_end(ics, &s->ic, ZCRPC_RESOURCE_EXHAUSTED,
 				  "the stream could not be started", NULL, 0);
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
@@ -315,6 +333,7 @@ zcrpc_status zcrpc_stream_start(zcrpc_channel *ch, uint32_t method,
 	if (s->deadline_ns)
 		zcrpc__timer_start(ch->w, &s->timer, s->deadline_ns);
 	*out = s;
+	zcrpc__channel_wake(ch);
 	bind_conn(ch, s);
 	if (s->ended)
 		zcrpc_msg_free(ch->w, &req.msg);
@@ -490,4 +509,53 @@ void zcrpc__cstreams_destroy(zcrpc_channel *ch)
 	zcrpc__cstreams_free_orphans(ch);
 	zcrpc__call_table_fini(&ch->streams);
 	ch->has_streams = 0;
+}
+
+size_t zcrpc__cstreams_of_owner(zcrpc_channel *ch, const zcrpc_channel *owner,
+				zcrpc_conn **risk, size_t *n_risk)
+{
+	struct zcrpc__list *n;
+	size_t count = 0, i;
+
+	if (!ch->has_streams)
+		return 0;
+	zcrpc__list_foreach(n, &ch->live_streams) {
+		zcrpc_stream *s = zcrpc__stream_of(n);
+
+		if (s->owner != owner)
+			continue;
+		count++;
+		if (!risk || !s->conn || !zcrpc__stream_reads_user(s))
+			continue;
+		for (i = 0; i < *n_risk && risk[i] != s->conn; i++)
+			;
+		if (i == *n_risk && *n_risk < 2)
+			risk[(*n_risk)++] = s->conn;
+	}
+	return count;
+}
+
+void zcrpc__cstreams_end_owner(zcrpc_channel *ch, const zcrpc_channel *owner,
+			       const char *why)
+{
+	struct zcrpc__list *n, *next;
+
+	if (!ch->has_streams)
+		return;
+	zcrpc__list_foreach_safe(n, next, &ch->live_streams) {
+		zcrpc_stream *s = zcrpc__stream_of(n);
+
+		if (s->owner != owner)
+			continue;
+		if (!s->ended)
+			end_local(s, ZCRPC_CANCELLED, why);
+		/* as a destroy's: CANCELLED, now, whatever ended it before */
+		s->end_status = ZCRPC_CANCELLED;
+		snprintf(s->end_msg, sizeof(s->end_msg), "%s", why);
+		s->graceful = 0;
+		s->paused = 0;
+		s->forced = 1;
+		s->owner = NULL;
+		zcrpc__stream_run_finish(s); /* frees it */
+	}
 }

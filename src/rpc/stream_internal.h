@@ -50,6 +50,9 @@ struct zcrpc_stream {
 	uint32_t ref; /* the client's reference: the wire's call id */
 	struct zcrpc__icall ic; /* its side's interceptors: */
 	const struct zcrpc__cchain *cics; /* the channel's (client) */
+	/* client: the target channel that started it on this subchannel
+	 * (lb_channel.c), or NULL */
+	zcrpc_channel *owner;
 	const struct zcrpc__schain *sics; /* the server's */
 	struct zcrpc__timer timer; /* deadline, deferred work */
 	int64_t deadline_ns;	   /* 0 = none */
@@ -247,6 +250,21 @@ void zcrpc__cstreams_conn_gone(zcrpc_channel *ch, zcrpc_conn *conn,
 /* The channel is being destroyed: every stream ends CANCELLED, its
  * on_finish run now, and is freed. */
 void zcrpc__cstreams_destroy(zcrpc_channel *ch);
+/* zcrpc_stream_start() on a channel to one server, the stream running
+ * @ics and belonging to @owner (a target channel, or NULL). */
+zcrpc_status zcrpc__stream_start_ics(zcrpc_channel *ch, uint32_t method,
+				     const zcrpc_stream_opts *o,
+				     const zcrpc_stream_handlers *h,
+				     const struct zcrpc__cchain *ics,
+				     zcrpc_channel *owner, zcrpc_stream **out);
+/* The number of @owner's streams on @ch; the connections on which the
+ * device may still read one's memory in place go to @risk[0..2). */
+size_t zcrpc__cstreams_of_owner(zcrpc_channel *ch, const zcrpc_channel *owner,
+				zcrpc_conn **risk, size_t *n_risk);
+/* @owner goes: its streams on @ch end CANCELLED @why now (a CANCEL to
+ * the server for each; their on_finish runs inside this call). */
+void zcrpc__cstreams_end_owner(zcrpc_channel *ch, const zcrpc_channel *owner,
+			       const char *why);
 void zcrpc__cstream_send(zcrpc_stream *s, struct zcrpc__out *out);
 void zcrpc__cstream_free(zcrpc_stream *s);
 /* The channel's counters: a message of @s written (@outgoing) or
