@@ -1,12 +1,15 @@
 // Interceptors over rxe (include/zcrpc/intercept.h): a client chain that
 // adds an auth token and logs, one that refuses a method locally; a server
 // chain that checks the token before any handler runs and logs each call's
-// messages and end; for unary calls and streams.
+// messages and end; for unary calls and streams; target channels sharing
+// a connection, each with its own chain.
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "rdma_env.h"
+#include "zcrpc/balance.h"
 #include "zcrpc/intercept.h"
 #include "zcrpc/rpc.h"
 #include "zcrpc/stream.h"
@@ -301,4 +304,91 @@ TEST_F(Intercept, BadArgumentsAndTheChainsLimit)
 	ASSERT_TRUE(Until([&] { return r.n > 0; }));
 	EXPECT_EQ(r.st, ZCRPC_OK);
 	EXPECT_EQ(l.lines.size(), 4u * 4u) << "start, out, in, end for each of four";
+}
+
+// Two target channels on one worker share their backend's connection, yet
+// each runs only its own chain, for its calls and its streams (a call
+// records the chain it runs); health checks run none; destroying one ends
+// its stream CANCELLED, seen by its chain, and leaves the other working.
+TEST_F(Intercept, TargetChannelsSharingAConnectionEachRunOnlyTheirOwnChain)
+{
+	Listen(); // and ch_, a plain channel: a connection of its own
+	std::string target =
+		"ipv4:" + env_.addr0 + ":" + std::to_string(zcrpc_server_get_port(srv_));
+	zcrpc_channel_opts o;
+	zcrpc_channel_opts_init(&o);
+	o.health_check_ms = 20;
+	zcrpc_channel *a = nullptr, *b = nullptr;
+	ASSERT_EQ(zcrpc_channel_create_target(w_, target.c_str(), &o, &a), ZCRPC_OK);
+	o.health_check_ms = 0; // not in the sharing key
+	ASSERT_EQ(zcrpc_channel_create_target(w_, target.c_str(), &o, &b), ZCRPC_OK);
+	Log la, lb;
+	zcrpc_client_interceptor ia = ClientLogger(&la), ib = ClientLogger(&lb);
+	ASSERT_EQ(zcrpc_channel_add_interceptor(a, &ia), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_channel_add_interceptor(b, &ib), ZCRPC_OK);
+
+	R ra, rb, rp;
+	ASSERT_EQ(zcrpc_call_async(a, zcrpc_method_id(kEcho), "ping", 4, nullptr, Cb, &ra, nullptr),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return ra.n > 0; }));
+	EXPECT_EQ(ra.st, ZCRPC_OK) << ra.msg;
+	ASSERT_EQ(zcrpc_call_async(b, zcrpc_method_id(kEcho), "pong!", 5, nullptr, Cb, &rb,
+				   nullptr),
+		  ZCRPC_OK);
+	ASSERT_EQ(zcrpc_call_async(ch_, zcrpc_method_id(kEcho), "x", 1, nullptr, Cb, &rp, nullptr),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return rb.n > 0 && rp.n > 0; }));
+	EXPECT_EQ(rb.st, ZCRPC_OK) << rb.msg;
+	EXPECT_EQ(la.lines, (std::vector<std::string>{"start unary", "out 4", "in 4", "end 0 echo"}));
+	EXPECT_EQ(lb.lines, (std::vector<std::string>{"start unary", "out 5", "in 5", "end 0 echo"}));
+
+	// A stream on a: its chain only.
+	struct S {
+		bool done = false;
+		zcrpc_status st = ZCRPC_UNKNOWN;
+		int msgs = 0;
+	} sa;
+	zcrpc_stream_handlers h{};
+	h.size = sizeof(h);
+	h.arg = &sa;
+	h.on_message = [](zcrpc_stream *, const void *, size_t, void *p) {
+		static_cast<S *>(p)->msgs++;
+	};
+	h.on_finish = [](zcrpc_stream *, const zcrpc_stream_end *e, void *p) {
+		static_cast<S *>(p)->done = true;
+		static_cast<S *>(p)->st = e->status;
+	};
+	zcrpc_stream *s = nullptr;
+	ASSERT_EQ(zcrpc_stream_start(a, zcrpc_method_id(kChat), nullptr, &h, &s), ZCRPC_OK);
+	ASSERT_EQ(zcrpc_stream_write(s, "abc", 3), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return sa.msgs == 1; }));
+
+	// Health checks (every 20 ms on a) go on meanwhile, unseen by its chain.
+	auto until = std::chrono::steady_clock::now() + Scaled(300);
+	while (std::chrono::steady_clock::now() < until)
+		zcrpc_worker_progress(w_, 1);
+	EXPECT_EQ(la.lines.size(), 7u) << "4 of the call, start + out + in of the stream";
+	EXPECT_EQ(lb.lines.size(), 4u);
+
+	// One connection for the two target channels, one for the plain one.
+	zcrpc_server_stats ss;
+	zcrpc_server_get_stats(srv_, &ss, sizeof(ss));
+	EXPECT_EQ(ss.connections, 2u);
+
+	// Destroying a ends its stream CANCELLED inside, its chain sees it;
+	// b goes on over the same connection.
+	zcrpc_channel_destroy(a);
+	EXPECT_TRUE(sa.done);
+	EXPECT_EQ(sa.st, ZCRPC_CANCELLED);
+	ASSERT_FALSE(la.lines.empty());
+	EXPECT_EQ(la.lines.back(), "end 1 <none>");
+	R rb2;
+	ASSERT_EQ(zcrpc_call_async(b, zcrpc_method_id(kEcho), "again", 5, nullptr, Cb, &rb2,
+				   nullptr),
+		  ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return rb2.n > 0; }));
+	EXPECT_EQ(rb2.st, ZCRPC_OK) << rb2.msg;
+	zcrpc_server_get_stats(srv_, &ss, sizeof(ss));
+	EXPECT_EQ(ss.connections, 2u);
+	zcrpc_channel_destroy(b);
 }
