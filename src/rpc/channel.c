@@ -95,7 +95,7 @@ static void conn_gone(zcrpc_channel *ch, zcrpc_conn *conn, zcrpc_status st,
 	} else if (conn == ch->draining) {
 		ch->draining = NULL;
 		zcrpc__cap_put(&ch->cap);
-	} /* else closed idle: its unit went then */
+	}
 	zcrpc__cstreams_conn_gone(ch, conn, st, why);
 	zcrpc__channel_drop_cancels(ch, conn);
 	zcrpc_conn_destroy(conn);

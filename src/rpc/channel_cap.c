@@ -51,15 +51,15 @@ void zcrpc__channel_close_idle(zcrpc_channel *ch)
 	ch->cap_idle = 0;
 	if (!conn)
 		return;
-	/* Its unit is gone already (taken over, or put back by the timeout):
-	 * the connection closes in order and is nobody's from now on. */
+	/* Its unit is gone already (taken over, or put back by the timeout).
+	 * Nothing is on it, so it goes now, as a destroyed channel's does:
+	 * its CLOSE sent (the server sees an orderly close), no callback. */
 	ch->conn = NULL;
 	ch->conn_up = 0;
 	ch->next_attempt_ns = 0;
-	ch->attempts = 0; /* the next connection is no reconnect */
 	ch->idle_closed = 1;
 	ch->idle_closed_ns = zcrpc__now_ns();
-	zcrpc_conn_close(conn);
+	zcrpc_conn_destroy(conn);
 	zcrpc__channel_users_changed(ch, 0);
 }
 
