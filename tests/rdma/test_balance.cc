@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fault_util.h"
+#include "lb_util.h"
 #include "rdma_env.h"
 #include "zcrpc/balance.h"
 #include "zcrpc/rpc.h"
@@ -34,212 +35,14 @@ using namespace std::chrono_literals;
 namespace
 {
 
-const char *kWho = "/lb.Test/Who";
-const char *kFail = "/lb.Test/Fail";
-const char *kStats = "/lb.Test/Stats";
-
-std::string LbPeer()
-{
-	return ZCRPC_TEST_LB_PEER;
-}
-
-// One zcrpc_test_lb_peer process.
-struct Peer {
-	std::string name;
-	uint16_t port = 0;
-	std::unique_ptr<Child> child;
-
-	bool Start(const std::string &addr, const std::string &nm, uint16_t p = 0)
-	{
-		name = nm;
-		child = std::make_unique<Child>();
-		if (!SpawnChild({LbPeer(), "server", addr, std::to_string(p), nm}, true,
-				child.get()))
-			return false;
-		std::string line = child->ReadLine(Scaled(10000));
-		unsigned v = 0;
-		if (std::sscanf(line.c_str(), "listening %u", &v) != 1)
-			return false;
-		port = static_cast<uint16_t>(v);
-		return true;
-	}
-};
-
-// What one call did, by its request id.
-struct Outcome {
-	int completions = 0;
-	zcrpc_status status = ZCRPC_OK;
-	std::string server, message;
-};
-
-// A client worker and a target channel over @target.
-struct Client {
-	zcrpc_worker *w = nullptr;
-	zcrpc_channel *ch = nullptr;
-	std::map<uint64_t, Outcome> out;
-	uint64_t next_id = 1;
-	int live = 0;
-
-	zcrpc_status Open(const std::string &target, const char *policy,
-			  int keepalive_ms = 200)
-	{
-		zcrpc_worker_opts wo;
-		zcrpc_worker_opts_init(&wo);
-		wo.keepalive_ms = static_cast<uint32_t>(keepalive_ms);
-		zcrpc_status st = zcrpc_worker_create(&wo, &w);
-		if (st != ZCRPC_OK)
-			return st;
-		zcrpc_channel_opts o;
-		zcrpc_channel_opts_init(&o);
-		o.lb_policy = policy;
-		o.backoff_initial_ms = 50;
-		o.backoff_max_ms = 400;
-		o.connect_timeout_ms = 2000;
-		return zcrpc_channel_create_target(w, target.c_str(), &o, &ch);
-	}
-
-	static void Done(zcrpc_channel *, const zcrpc_reply *r, void *arg)
-	{
-		auto *ctx = static_cast<std::pair<Client *, uint64_t> *>(arg);
-		Outcome &o = ctx->first->out[ctx->second];
-		o.completions++;
-		o.status = r->status;
-		o.message = r->message ? r->message : "";
-		o.server.assign(static_cast<const char *>(r->data), r->len);
-		ctx->first->live--;
-		delete ctx;
-	}
-
-	// Starts one call of @method with a fresh request id (and @key).
-	zcrpc_status Start(const char *method, const std::string *key = nullptr,
-			   int64_t timeout_us = 5000000, uint64_t flags = 0)
-	{
-		uint64_t id = next_id++;
-		std::string req(reinterpret_cast<const char *>(&id), 8);
-		if (key)
-			req += *key;
-		zcrpc_call_opts co;
-		zcrpc_call_opts_init(&co);
-		co.timeout_us = timeout_us;
-		co.flags = flags;
-		if (key) {
-			co.hash_key = key->data();
-			co.hash_key_len = key->size();
-		}
-		auto *ctx = new std::pair<Client *, uint64_t>(this, id);
-		zcrpc_status st = zcrpc_call_async(ch, zcrpc_method_id(method), req.data(),
-						   req.size(), &co, Done, ctx, nullptr);
-		if (st != ZCRPC_OK)
-			delete ctx;
-		else
-			live++;
-		return st;
-	}
-
-	// Keeps @depth calls in flight until @n more completed (or @t).
-	bool Load(int n, int depth, milliseconds t, const char *method = kWho)
-	{
-		int target = static_cast<int>(out.size()) + n;
-		auto until = steady_clock::now() + t;
-		int started = 0;
-		while (steady_clock::now() < until) {
-			while (live < depth && started < n) {
-				if (Start(method) != ZCRPC_OK)
-					return false;
-				started++;
-			}
-			zcrpc_worker_progress(w, 1);
-			int done = 0;
-			for (auto &kv : out)
-				done += kv.second.completions > 0;
-			if (done >= target && live == 0)
-				return true;
-		}
-		return false;
-	}
-
-	bool Drain(milliseconds t)
-	{
-		return ProgressUntil(w, [&] { return live == 0; }, t);
-	}
-
-	// Calls answered OK per server name, from @first_id on.
-	std::map<std::string, int> PerServer(uint64_t first_id = 0)
-	{
-		std::map<std::string, int> m;
-		for (auto &kv : out)
-			if (kv.first >= first_id && kv.second.status == ZCRPC_OK)
-				m[kv.second.server]++;
-		return m;
-	}
-
-	int Twice()
-	{
-		int n = 0;
-		for (auto &kv : out)
-			n += kv.second.completions > 1;
-		return n;
-	}
-
-	~Client()
-	{
-		zcrpc_channel_destroy(ch);
-		zcrpc_worker_destroy(w);
-	}
-};
-
-// The server's own counts (/lb.Test/Stats) over a plain channel.
-struct ServerCounts {
-	uint64_t calls = 0, distinct = 0, duplicates = 0;
-	bool ok = false;
-};
-
-ServerCounts AskCounts(const std::string &addr, uint16_t port)
-{
-	ServerCounts c;
-	zcrpc_worker *w = nullptr;
-	zcrpc_channel *ch = nullptr;
-	if (zcrpc_worker_create(nullptr, &w) != ZCRPC_OK)
-		return c;
-	std::string p = std::to_string(port);
-	if (zcrpc_channel_create(w, addr.c_str(), p.c_str(), nullptr, &ch) == ZCRPC_OK) {
-		zcrpc_result r;
-		if (zcrpc_call(ch, zcrpc_method_id(kStats), nullptr, 0, nullptr, &r,
-			       sizeof(r)) == ZCRPC_OK) {
-			std::string s(static_cast<char *>(r.data), r.len);
-			unsigned long long a, b, d;
-			if (std::sscanf(s.c_str(), "calls %llu distinct %llu duplicates %llu",
-					&a, &b, &d) == 3) {
-				c.calls = a, c.distinct = b, c.duplicates = d, c.ok = true;
-			}
-		}
-		zcrpc_result_free(&r);
-		zcrpc_channel_destroy(ch);
-	}
-	zcrpc_worker_destroy(w);
-	return c;
-}
-
-std::string Ipv4Target(const std::string &addr, const std::vector<Peer> &peers)
-{
-	std::string t = "ipv4:";
-	for (size_t i = 0; i < peers.size(); i++)
-		t += (i ? "," : "") + addr + ":" + std::to_string(peers[i].port);
-	return t;
-}
-
 class Balance : public RdmaTest
 {
       protected:
-	std::vector<Peer> peers_;
+	std::vector<LbPeer> peers_;
 
 	void StartPeers(int n)
 	{
-		peers_.resize(static_cast<size_t>(n));
-		for (int i = 0; i < n; i++)
-			ASSERT_TRUE(peers_[static_cast<size_t>(i)].Start(
-				env_.addr0, "s" + std::to_string(i)))
-				<< "peer " << i;
+		ASSERT_TRUE(StartLbPeers(peers_, n, env_.addr0));
 	}
 };
 
@@ -248,7 +51,7 @@ class Balance : public RdmaTest
 TEST_F(Balance, RoundRobinSpreadsCallsWithinTenPercentOfEvenOverFourServerProcesses)
 {
 	StartPeers(4);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin"), ZCRPC_OK);
 	const int n = 4000;
 	ASSERT_TRUE(cl.Load(n, 64, Scaled(60000)));
@@ -279,16 +82,16 @@ TEST_F(Balance, RoundRobinSpreadsCallsWithinTenPercentOfEvenOverFourServerProces
 }
 
 // The kill, then the restart. @idempotent marks Who with a retry policy.
-static void KillUnderLoad(Balance *t, const std::string &addr, std::vector<Peer> &peers,
+static void KillUnderLoad(Balance *t, const std::string &addr, std::vector<LbPeer> &peers,
 			  bool idempotent)
 {
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Ipv4Target(addr, peers), "round_robin"), ZCRPC_OK);
 	if (idempotent) {
 		zcrpc_retry_policy p;
 		zcrpc_retry_policy_init(&p);
 		p.max_attempts = 4;
-		ASSERT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), &p), ZCRPC_OK);
+		ASSERT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kLbWho), &p), ZCRPC_OK);
 	}
 	ASSERT_TRUE(cl.Load(800, 32, Scaled(30000)));
 	ASSERT_EQ(cl.PerServer().size(), 4u);
@@ -297,7 +100,7 @@ static void KillUnderLoad(Balance *t, const std::string &addr, std::vector<Peer>
 	// is given stay there (they never run), then killed.
 	kill(peers[2].child->pid, SIGSTOP);
 	for (int i = 0; i < 32; i++)
-		ASSERT_EQ(cl.Start(kWho), ZCRPC_OK);
+		ASSERT_EQ(cl.Start(kLbWho), ZCRPC_OK);
 	ProgressUntil(cl.w, [&] { return cl.live <= 8; }, Scaled(2000));
 	ProgressUntil(cl.w, [] { return false; }, 20ms);
 	int stuck = cl.live;
@@ -373,7 +176,7 @@ TEST_F(Balance, AnIdempotentMethodsCallsCutByAKillAreRetriedElsewhere)
 TEST_F(Balance, LeastOutstandingGivesAStoppedServerUnderFivePercentOfNewCalls)
 {
 	StartPeers(3);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "least_outstanding", 0),
 		  ZCRPC_OK);
 	ASSERT_TRUE(cl.Load(600, 24, Scaled(30000)));
@@ -387,7 +190,7 @@ TEST_F(Balance, LeastOutstandingGivesAStoppedServerUnderFivePercentOfNewCalls)
 	auto until = steady_clock::now() + Scaled(60000);
 	while (started < n && steady_clock::now() < until) {
 		while (cl.live < 24 && started < n) {
-			ASSERT_EQ(cl.Start(kWho, nullptr, 3000000), ZCRPC_OK);
+			ASSERT_EQ(cl.Start(kLbWho, nullptr, 3000000), ZCRPC_OK);
 			started++;
 		}
 		zcrpc_worker_progress(cl.w, 1);
@@ -410,7 +213,7 @@ TEST_F(Balance, LeastOutstandingGivesAStoppedServerUnderFivePercentOfNewCalls)
 struct ListFile {
 	std::string path;
 	explicit ListFile(const std::string &p) : path(p) {}
-	void Write(const std::string &addr, const std::vector<Peer> &peers,
+	void Write(const std::string &addr, const std::vector<LbPeer> &peers,
 		   const std::set<size_t> &skip = {})
 	{
 		std::string tmp = path + ".tmp";
@@ -429,20 +232,20 @@ struct ListFile {
 };
 
 // Each key's server, one call per key.
-static std::map<std::string, std::string> KeyOwners(Client &cl, int keys)
+static std::map<std::string, std::string> KeyOwners(LbClient &cl, int keys)
 {
 	std::map<uint64_t, std::string> ids;
 	for (int k = 0; k < keys; k++) {
 		std::string key = "key-" + std::to_string(k);
 		ids[cl.next_id] = key;
-		EXPECT_EQ(cl.Start(kWho, &key), ZCRPC_OK);
+		EXPECT_EQ(cl.Start(kLbWho, &key), ZCRPC_OK);
 		if (cl.live >= 32)
 			ProgressUntil(cl.w, [&] { return cl.live < 16; }, Scaled(10000));
 	}
 	EXPECT_TRUE(cl.Drain(Scaled(20000)));
 	std::map<std::string, std::string> owner;
 	for (auto &kv : ids) {
-		const Outcome &o = cl.out[kv.first];
+		const LbOutcome &o = cl.out[kv.first];
 		EXPECT_EQ(o.status, ZCRPC_OK) << o.message;
 		owner[kv.second] = o.server;
 	}
@@ -454,7 +257,7 @@ TEST_F(Balance, RingHashKeepsEachKeyOnItsServerAndRemovingOneMovesOnlyItsKeys)
 	StartPeers(4);
 	ListFile lf("/tmp/zcrpc-balance-ring.list");
 	lf.Write(env_.addr0, peers_);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open("file:" + lf.path, "ring_hash"), ZCRPC_OK);
 	const int keys = 2000;
 	auto first = KeyOwners(cl, keys);
@@ -503,7 +306,7 @@ TEST_F(Balance, AServerAddedToTheFileGetsCallsWithinOneReRead)
 	StartPeers(3);
 	ListFile lf("/tmp/zcrpc-balance-add.list");
 	lf.Write(env_.addr0, peers_, {2});
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open("file:" + lf.path, "round_robin"), ZCRPC_OK);
 	ASSERT_TRUE(cl.Load(200, 8, Scaled(20000)));
 	EXPECT_EQ(cl.PerServer().count("s2"), 0u);
@@ -519,7 +322,7 @@ TEST_F(Balance, AServerAddedToTheFileGetsCallsWithinOneReRead)
 TEST_F(Balance, AGracefullyStoppingServerLeavesThePickSetAndNoCallFails)
 {
 	StartPeers(3);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin"), ZCRPC_OK);
 	ASSERT_TRUE(cl.Load(300, 16, Scaled(20000)));
 	uint64_t from = cl.next_id;
@@ -570,7 +373,7 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 	ASSERT_EQ(zcrpc_channel_create_target(w, ("file:" + path).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
 	zcrpc_result r;
-	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, nullptr, &r,
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kLbWho), "12345678", 8, nullptr, &r,
 			     sizeof(r)),
 		  ZCRPC_UNAVAILABLE);
 	EXPECT_NE(std::string(r.message).find("cannot read " + path), std::string::npos)
@@ -582,7 +385,7 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 	}
 	ASSERT_TRUE(ProgressUntil(w, [&] {
 		zcrpc_result rr;
-		zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, nullptr, &rr, sizeof(rr));
+		zcrpc_call(ch, zcrpc_method_id(kLbWho), "12345678", 8, nullptr, &rr, sizeof(rr));
 		bool seen = std::string(rr.message).find("line 2") != std::string::npos;
 		zcrpc_result_free(&rr);
 		return seen;
@@ -595,7 +398,7 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 	std::rename((path + ".tmp").c_str(), path.c_str());
 	ASSERT_TRUE(ProgressUntil(w, [&] {
 		zcrpc_result rr;
-		zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, nullptr, &rr, sizeof(rr));
+		zcrpc_call(ch, zcrpc_method_id(kLbWho), "12345678", 8, nullptr, &rr, sizeof(rr));
 		bool seen = std::string(rr.message).find("no addresses") != std::string::npos;
 		EXPECT_EQ(rr.status, ZCRPC_UNAVAILABLE);
 		zcrpc_result_free(&rr);
@@ -606,14 +409,14 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 	co.flags = ZCRPC_CALL_WAIT_FOR_READY;
 	co.timeout_us = 300000;
 	auto t0 = steady_clock::now();
-	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, &co, &r, sizeof(r)),
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kLbWho), "12345678", 8, &co, &r, sizeof(r)),
 		  ZCRPC_DEADLINE_EXCEEDED)
 		<< r.message;
 	EXPECT_GE(steady_clock::now() - t0, 250ms);
 	zcrpc_result_free(&r);
 	co.hash_key = nullptr;
 	co.hash_key_len = 3;
-	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kWho), "12345678", 8, &co, &r, sizeof(r)),
+	EXPECT_EQ(zcrpc_call(ch, zcrpc_method_id(kLbWho), "12345678", 8, &co, &r, sizeof(r)),
 		  ZCRPC_INVALID_ARGUMENT);
 	zcrpc_result_free(&r);
 	zcrpc_channel_stats st;
@@ -624,7 +427,7 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 
 	// A server found later: a wait_for_ready call started before it is
 	// in the file completes on it.
-	Peer p;
+	LbPeer p;
 	ASSERT_TRUE(p.Start(env_.addr0, "late"));
 	ASSERT_EQ(zcrpc_channel_create_target(w, ("file:" + path).c_str(), nullptr, &ch),
 		  ZCRPC_OK);
@@ -636,7 +439,7 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 	co.hash_key_len = 0;
 	co.timeout_us = 10000000;
 	ASSERT_EQ(zcrpc_call_async(
-			  ch, zcrpc_method_id(kWho), "12345678", 8, &co,
+			  ch, zcrpc_method_id(kLbWho), "12345678", 8, &co,
 			  [](zcrpc_channel *, const zcrpc_reply *rp, void *a) {
 				  auto *x = static_cast<R *>(a);
 				  x->n++;
@@ -662,17 +465,17 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 TEST_F(Balance, ARetryPolicyRetriesOnlyItsStatusesUpToItsAttempts)
 {
 	StartPeers(2);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin"), ZCRPC_OK);
 	zcrpc_retry_policy p;
 	zcrpc_retry_policy_init(&p);
 	p.max_attempts = 3;
 	p.initial_backoff_ms = 5;
-	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kFail), &p), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kLbFail), &p), ZCRPC_OK);
 	p.max_attempts = 1;
-	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), &p),
+	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kLbWho), &p),
 		  ZCRPC_INVALID_ARGUMENT);
-	ASSERT_EQ(cl.Start(kFail), ZCRPC_OK);
+	ASSERT_EQ(cl.Start(kLbFail), ZCRPC_OK);
 	ASSERT_TRUE(cl.Drain(Scaled(10000)));
 	EXPECT_EQ(cl.out.begin()->second.status, ZCRPC_UNAVAILABLE);
 	EXPECT_EQ(cl.out.begin()->second.completions, 1);
@@ -688,7 +491,7 @@ TEST_F(Balance, ARetryPolicyRetriesOnlyItsStatusesUpToItsAttempts)
 	}
 	EXPECT_EQ(ran, 3u) << "three attempts, each ran once";
 	// After calls were made the policy is fixed.
-	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kWho), nullptr),
+	EXPECT_EQ(zcrpc_channel_set_retry(cl.ch, zcrpc_method_id(kLbWho), nullptr),
 		  ZCRPC_FAILED_PRECONDITION);
 }
 
@@ -911,7 +714,7 @@ TEST_F(Balance, HealthWatchSendsTheStatusAndEachChangeAndEndsNotServingWhenTheSe
 	// A server that drains (SIGTERM: zcrpc_server_shutdown) tells its
 	// watchers NOT_SERVING and ends their streams; the drain does not
 	// wait for them.
-	Peer p;
+	LbPeer p;
 	ASSERT_TRUE(p.Start(env_.addr0, "draining"));
 	ASSERT_EQ(zcrpc_channel_create(w, env_.addr0.c_str(), std::to_string(p.port).c_str(),
 				       nullptr, &ch),

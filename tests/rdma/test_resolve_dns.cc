@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "fault_util.h"
+#include "lb_util.h"
 #include "rdma_env.h"
 #include "zcrpc/balance.h"
 #include "zcrpc/rpc.h"
@@ -44,30 +45,7 @@ using namespace std::chrono_literals;
 namespace
 {
 
-const char *kWho = "/lb.Test/Who";
 const char *kDnsmasq = "/usr/sbin/dnsmasq";
-
-// One zcrpc_test_lb_peer process, replying its name to Who.
-struct Peer {
-	std::string name;
-	uint16_t port = 0;
-	std::unique_ptr<Child> child;
-
-	bool Start(const std::string &addr, const std::string &nm)
-	{
-		name = nm;
-		child = std::make_unique<Child>();
-		if (!SpawnChild({ZCRPC_TEST_LB_PEER, "server", addr, "0", nm}, true,
-				child.get()))
-			return false;
-		std::string line = child->ReadLine(Scaled(10000));
-		unsigned v = 0;
-		if (std::sscanf(line.c_str(), "listening %u", &v) != 1)
-			return false;
-		port = static_cast<uint16_t>(v);
-		return true;
-	}
-};
 
 // A UDP port free now on 127.0.0.1 (bound to 0, read, closed).
 uint16_t FreeUdpPort()
@@ -266,135 +244,6 @@ struct Dnsmasq {
 	}
 };
 
-// What one call did.
-struct Outcome {
-	zcrpc_status status = ZCRPC_UNKNOWN;
-	std::string server, message;
-};
-
-// A client worker and a target channel.
-struct Client {
-	zcrpc_worker *w = nullptr;
-	zcrpc_channel *ch = nullptr;
-	std::vector<Outcome> out;
-	int live = 0;
-
-	zcrpc_status Open(const std::string &target, const char *policy)
-	{
-		zcrpc_worker_opts wo;
-		zcrpc_worker_opts_init(&wo);
-		wo.keepalive_ms = 200;
-		zcrpc_status st = zcrpc_worker_create(&wo, &w);
-		if (st != ZCRPC_OK)
-			return st;
-		zcrpc_channel_opts o;
-		zcrpc_channel_opts_init(&o);
-		o.lb_policy = policy;
-		o.backoff_initial_ms = 50;
-		o.backoff_max_ms = 400;
-		o.connect_timeout_ms = 2000;
-		return zcrpc_channel_create_target(w, target.c_str(), &o, &ch);
-	}
-
-	struct Ctx {
-		Client *cl;
-		size_t i;
-	};
-
-	static void Done(zcrpc_channel *, const zcrpc_reply *r, void *arg)
-	{
-		auto *ctx = static_cast<Ctx *>(arg);
-		Outcome &o = ctx->cl->out[ctx->i];
-		o.status = r->status;
-		o.message = r->message ? r->message : "";
-		o.server.assign(static_cast<const char *>(r->data), r->len);
-		ctx->cl->live--;
-		delete ctx;
-	}
-
-	zcrpc_status Start(uint64_t flags = 0)
-	{
-		uint64_t id = out.size() + 1;
-		zcrpc_call_opts co;
-		zcrpc_call_opts_init(&co);
-		co.timeout_us = 5000000;
-		co.flags = flags;
-		out.emplace_back();
-		auto *ctx = new Ctx{this, out.size() - 1};
-		zcrpc_status st = zcrpc_call_async(ch, zcrpc_method_id(kWho), &id,
-						   sizeof(id), &co, Done, ctx, nullptr);
-		if (st != ZCRPC_OK) {
-			delete ctx;
-			out.back().status = st;
-		} else {
-			live++;
-		}
-		return st;
-	}
-
-	// Keeps @depth calls in flight until @n more completed (or @t).
-	bool Load(int n, int depth, milliseconds t, uint64_t flags = 0)
-	{
-		auto until = steady_clock::now() + t;
-		int started = 0;
-		while (steady_clock::now() < until) {
-			while (live < depth && started < n) {
-				if (Start(flags) != ZCRPC_OK)
-					return false;
-				started++;
-			}
-			zcrpc_worker_progress(w, 1);
-			if (started == n && live == 0)
-				return true;
-		}
-		return false;
-	}
-
-	// Calls answered OK per server, from call @from on.
-	std::map<std::string, int> PerServer(size_t from = 0) const
-	{
-		std::map<std::string, int> m;
-		for (size_t i = from; i < out.size(); i++)
-			if (out[i].status == ZCRPC_OK)
-				m[out[i].server]++;
-		return m;
-	}
-
-	std::string FirstFailure(size_t from = 0) const
-	{
-		for (size_t i = from; i < out.size(); i++)
-			if (out[i].status != ZCRPC_OK)
-				return std::string(zcrpc_status_str(out[i].status)) + ": " +
-				       out[i].message;
-		return "";
-	}
-
-	std::vector<std::string> Backends() const
-	{
-		zcrpc_backend_info b[16];
-		size_t n = zcrpc_channel_get_backends(ch, b, 16, sizeof(b[0]));
-		std::vector<std::string> v;
-		for (size_t i = 0; i < n && i < 16; i++)
-			v.push_back(std::string(b[i].host) + " " + b[i].port);
-		return v;
-	}
-
-	size_t Ready() const
-	{
-		zcrpc_backend_info b[16];
-		size_t n = zcrpc_channel_get_backends(ch, b, 16, sizeof(b[0])), up = 0;
-		for (size_t i = 0; i < n && i < 16; i++)
-			up += b[i].state == ZCRPC_BACKEND_READY;
-		return up;
-	}
-
-	~Client()
-	{
-		zcrpc_channel_destroy(ch);
-		zcrpc_worker_destroy(w);
-	}
-};
-
 std::string Str(const std::vector<std::string> &v)
 {
 	std::string s;
@@ -408,7 +257,7 @@ zcrpc_status CallOnce(zcrpc_channel *ch, std::string *msg)
 {
 	zcrpc_result r;
 	uint64_t id = 1;
-	zcrpc_status st = zcrpc_call(ch, zcrpc_method_id(kWho), &id, sizeof(id),
+	zcrpc_status st = zcrpc_call(ch, zcrpc_method_id(kLbWho), &id, sizeof(id),
 				     nullptr, &r, sizeof(r));
 	*msg = r.message ? r.message : "";
 	zcrpc_result_free(&r);
@@ -513,7 +362,7 @@ int CountProc(const char *what)
 class ResolveDns : public RdmaTest
 {
 protected:
-	std::vector<Peer> peers_;
+	std::vector<LbPeer> peers_;
 	Dnsmasq dns_;
 
 	void SetUp() override
@@ -535,11 +384,7 @@ protected:
 
 	void StartPeers(int n, const std::string &addr)
 	{
-		peers_.resize(static_cast<size_t>(n));
-		for (int i = 0; i < n; i++)
-			ASSERT_TRUE(peers_[static_cast<size_t>(i)].Start(
-				addr, "s" + std::to_string(i)))
-				<< "peer " << i;
+		ASSERT_TRUE(StartLbPeers(peers_, n, addr));
 	}
 
 	// SRV records of _lb._tcp.test for peers @idx, all at target.test.
@@ -567,7 +412,7 @@ TEST_F(ResolveDns, AnARecordsCallsReachTheServerItNamesAndFollowItsChange)
 	dns_.WriteConf(Srv({}));
 	ASSERT_TRUE(dns_.Start()) << dns_.LogTail();
 	std::string port = std::to_string(peers_[0].port);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Authority() + "target.test:" + port, "pick_first"), ZCRPC_OK);
 	ASSERT_TRUE(cl.Load(50, 4, Scaled(20000), ZCRPC_CALL_WAIT_FOR_READY));
 	EXPECT_EQ(cl.PerServer()["s0"], 50) << cl.FirstFailure();
@@ -585,7 +430,7 @@ TEST_F(ResolveDns, AnARecordsCallsReachTheServerItNamesAndFollowItsChange)
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] {
 		return Str(cl.Backends()) == Str({env_.addr0 + " " + port});
 	}, Scaled(8000))) << Str(cl.Backends());
-	size_t from = cl.out.size();
+	uint64_t from = cl.next_id;
 	ASSERT_TRUE(cl.Load(20, 4, Scaled(20000), ZCRPC_CALL_WAIT_FOR_READY));
 	EXPECT_EQ(cl.PerServer(from)["s0"], 20) << cl.FirstFailure(from);
 }
@@ -600,14 +445,14 @@ TEST_F(ResolveDns, AnAaaaRecordThroughAnIpv6AuthorityReachesItsServerAndBothFami
 	ASSERT_TRUE(dns_.Start()) << dns_.LogTail();
 	std::string port = std::to_string(peers_[0].port);
 	std::string auth = "dns://[::1]:" + std::to_string(dns_.port) + "/";
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(auth + "v6.test:" + port, "pick_first"), ZCRPC_OK);
 	ASSERT_TRUE(cl.Load(30, 4, Scaled(20000), ZCRPC_CALL_WAIT_FOR_READY));
 	EXPECT_EQ(cl.PerServer()["s0"], 30) << cl.FirstFailure();
 	EXPECT_EQ(Str(cl.Backends()), Str({env_.addr0_v6 + " " + port}));
 
 	// A name with both: its A and its AAAA record, each with the port.
-	Client both;
+	LbClient both;
 	ASSERT_EQ(both.Open(Authority() + "both.test:7777", "pick_first"), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(both.w, [&] { return both.Backends().size() == 2; },
 				  Scaled(5000)));
@@ -625,7 +470,7 @@ TEST_F(ResolveDns, SrvRecordsSpreadCallsOverTheirServersAndANewRecordGetsCallsWi
 	dns_.WriteConf(Srv({0, 1}));
 	ASSERT_TRUE(dns_.Start()) << dns_.LogTail();
 	ASSERT_EQ(DnsAsk(dns_.port, "_lb._tcp.test", 33, Scaled(2000)), 2);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Authority() + "_lb._tcp.test", "round_robin"), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.Backends().size() == 2; },
 				  Scaled(5000)))
@@ -649,7 +494,7 @@ TEST_F(ResolveDns, SrvRecordsSpreadCallsOverTheirServersAndANewRecordGetsCallsWi
 		<< Str(cl.Backends());
 	// round_robin connects to it at once; once up it has its third
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.Ready() == 3; }, Scaled(10000)));
-	size_t from = cl.out.size();
+	uint64_t from = cl.next_id;
 	ASSERT_TRUE(cl.Load(600, 16, Scaled(30000), ZCRPC_CALL_WAIT_FOR_READY));
 	per = cl.PerServer(from);
 	EXPECT_EQ(per.size(), 3u) << cl.FirstFailure(from);
@@ -666,7 +511,7 @@ TEST_F(ResolveDns, AnAnswerStandsForItsTtlAndABackendsFailureResolvesAgainAtOnce
 	dns_.WriteHosts(env_.addr0 + " target.test up.test\n");
 	dns_.WriteConf(Srv({0}));
 	ASSERT_TRUE(dns_.Start()) << dns_.LogTail();
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Authority() + "_lb._tcp.test", "round_robin"), ZCRPC_OK);
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.Ready() == 1; }, Scaled(10000)));
 	ASSERT_TRUE(cl.Load(20, 4, Scaled(20000), ZCRPC_CALL_WAIT_FOR_READY));
@@ -687,7 +532,7 @@ TEST_F(ResolveDns, AnAnswerStandsForItsTtlAndABackendsFailureResolvesAgainAtOnce
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return Str(cl.Backends()) == Str({s1}); },
 				  Scaled(8000)))
 		<< Str(cl.Backends());
-	size_t from = cl.out.size();
+	uint64_t from = cl.next_id;
 	ASSERT_TRUE(cl.Load(20, 4, Scaled(20000), ZCRPC_CALL_WAIT_FOR_READY));
 	EXPECT_EQ(cl.PerServer(from)["s1"], 20) << cl.FirstFailure(from);
 }
@@ -723,19 +568,20 @@ TEST_F(ResolveDns, ANameThatDoesNotExistOrHasNoAddressFailsCallsUnavailableSayin
 	// A server found later: a name that comes to exist is resolved again
 	// (its failure's retry) and a waiting call completes on it.
 	StartPeers(1, env_.addr0);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Authority() + "late.test:" + std::to_string(peers_[0].port),
 			  "pick_first"),
 		  ZCRPC_OK);
 	std::string msg = FailUntil(cl.w, cl.ch, "dns: late.test: Domain name not found",
 				    Scaled(5000));
 	EXPECT_NE(msg.find("Domain name not found"), std::string::npos) << msg;
-	ASSERT_EQ(cl.Start(ZCRPC_CALL_WAIT_FOR_READY), ZCRPC_OK);
+	ASSERT_EQ(cl.Start(kLbWho, nullptr, 5000000, ZCRPC_CALL_WAIT_FOR_READY), ZCRPC_OK);
 	dns_.WriteHosts("127.0.0.1 up.test\n" + env_.addr0 + " late.test\n");
 	dns_.Hup();
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.live == 0; }, Scaled(8000)));
-	EXPECT_EQ(cl.out.back().status, ZCRPC_OK) << cl.out.back().message;
-	EXPECT_EQ(cl.out.back().server, "s0");
+	const LbOutcome &last = cl.out[cl.next_id - 1];
+	EXPECT_EQ(last.status, ZCRPC_OK) << last.message;
+	EXPECT_EQ(last.server, "s0");
 	zcrpc_worker_destroy(w);
 }
 
@@ -880,7 +726,7 @@ TEST_F(ResolveDns, ADestroyRightAfterCreateWithAQueryInFlightIsPromptAndLeavesNo
 		    CountProc("task"));
 
 	// And one that resolved and has a call in flight: the same.
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Authority() + "_lb._tcp.test", "pick_first"), ZCRPC_OK);
 	ASSERT_TRUE(cl.Load(10, 2, Scaled(20000), ZCRPC_CALL_WAIT_FOR_READY));
 	EXPECT_EQ(cl.PerServer()["s0"], 10) << cl.FirstFailure();

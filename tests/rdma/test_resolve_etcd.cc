@@ -40,6 +40,7 @@
 #include <curl/curl.h>
 
 #include "fault_util.h"
+#include "lb_util.h"
 #include "rdma_env.h"
 #include "zcrpc/balance.h"
 #include "zcrpc/rpc.h"
@@ -49,8 +50,6 @@ using namespace std::chrono_literals;
 
 namespace
 {
-
-const char *kWho = "/lb.Test/Who";
 
 // A TCP port nothing listens on now (bound to 127.0.0.1, then closed).
 uint16_t FreePort()
@@ -258,209 +257,6 @@ struct Etcd {
 	}
 };
 
-// A zcrpc_test_lb_peer process, announced in @registry when not empty.
-struct Peer {
-	std::string name;
-	uint16_t port = 0;
-	std::unique_ptr<Child> child;
-
-	bool Start(const std::string &addr, const std::string &nm, const std::string &registry,
-		   int ttl_s = 2)
-	{
-		name = nm;
-		child = std::make_unique<Child>();
-		std::vector<std::string> args = {ZCRPC_TEST_LB_PEER, "server", addr, "0", nm};
-		if (!registry.empty()) {
-			args.push_back(registry);
-			args.push_back(std::to_string(ttl_s));
-		}
-		if (!SpawnChild(args, true, child.get()))
-			return false;
-		std::string line = child->ReadLine(Scaled(10000));
-		unsigned v = 0;
-		if (std::sscanf(line.c_str(), "listening %u", &v) != 1)
-			return false;
-		port = static_cast<uint16_t>(v);
-		return true;
-	}
-};
-
-struct Outcome {
-	int completions = 0;
-	zcrpc_status status = ZCRPC_OK;
-	std::string server, message;
-};
-
-// A client worker and a target channel.
-struct Client {
-	zcrpc_worker *w = nullptr;
-	zcrpc_channel *ch = nullptr;
-	std::map<uint64_t, Outcome> out;
-	uint64_t next_id = 1;
-	int live = 0;
-
-	zcrpc_status Open(const std::string &target)
-	{
-		zcrpc_worker_opts wo;
-		zcrpc_worker_opts_init(&wo);
-		wo.keepalive_ms = 200;
-		zcrpc_status st = zcrpc_worker_create(&wo, &w);
-		if (st != ZCRPC_OK)
-			return st;
-		zcrpc_channel_opts o;
-		zcrpc_channel_opts_init(&o);
-		o.lb_policy = "round_robin";
-		o.backoff_initial_ms = 50;
-		o.backoff_max_ms = 400;
-		o.connect_timeout_ms = 2000;
-		return zcrpc_channel_create_target(w, target.c_str(), &o, &ch);
-	}
-
-	static void Done(zcrpc_channel *, const zcrpc_reply *r, void *arg)
-	{
-		auto *ctx = static_cast<std::pair<Client *, uint64_t> *>(arg);
-		Outcome &o = ctx->first->out[ctx->second];
-		o.completions++;
-		o.status = r->status;
-		o.message = r->message ? r->message : "";
-		o.server.assign(static_cast<const char *>(r->data), r->len);
-		ctx->first->live--;
-		delete ctx;
-	}
-
-	zcrpc_status Start(int64_t timeout_us = 5000000)
-	{
-		uint64_t id = next_id++;
-		std::string req(reinterpret_cast<const char *>(&id), 8);
-		zcrpc_call_opts co;
-		zcrpc_call_opts_init(&co);
-		co.timeout_us = timeout_us;
-		auto *ctx = new std::pair<Client *, uint64_t>(this, id);
-		zcrpc_status st = zcrpc_call_async(ch, zcrpc_method_id(kWho), req.data(),
-						   req.size(), &co, Done, ctx, nullptr);
-		if (st != ZCRPC_OK)
-			delete ctx;
-		else
-			live++;
-		return st;
-	}
-
-	// Keeps @depth calls in flight until @n more completed (or @t).
-	bool Load(int n, int depth, milliseconds t)
-	{
-		size_t target = out.size() + static_cast<size_t>(n);
-		auto until = steady_clock::now() + t;
-		int started = 0;
-		while (steady_clock::now() < until) {
-			while (live < depth && started < n) {
-				if (Start() != ZCRPC_OK)
-					return false;
-				started++;
-			}
-			zcrpc_worker_progress(w, 1);
-			if (out.size() >= target && live == 0)
-				return true;
-		}
-		return false;
-	}
-
-	// Calls answered OK per server name, from @first_id on.
-	std::map<std::string, int> PerServer(uint64_t first_id = 0)
-	{
-		std::map<std::string, int> m;
-		for (auto &kv : out)
-			if (kv.first >= first_id && kv.second.status == ZCRPC_OK)
-				m[kv.second.server]++;
-		return m;
-	}
-
-	int Failed(uint64_t first_id = 0)
-	{
-		int n = 0;
-		for (auto &kv : out)
-			n += kv.first >= first_id && kv.second.status != ZCRPC_OK;
-		return n;
-	}
-
-	int Twice()
-	{
-		int n = 0;
-		for (auto &kv : out)
-			n += kv.second.completions > 1;
-		return n;
-	}
-
-	size_t Backends()
-	{
-		zcrpc_backend_info b[16];
-		return zcrpc_channel_get_backends(ch, b, 16, sizeof(b[0]));
-	}
-
-	size_t Ready()
-	{
-		zcrpc_backend_info b[16];
-		size_t n = std::min<size_t>(zcrpc_channel_get_backends(ch, b, 16, sizeof(b[0])), 16);
-		size_t r = 0;
-		for (size_t i = 0; i < n; i++)
-			r += b[i].state == ZCRPC_BACKEND_READY;
-		return r;
-	}
-
-	std::set<std::string> BackendPorts()
-	{
-		zcrpc_backend_info b[16];
-		size_t n = std::min<size_t>(zcrpc_channel_get_backends(ch, b, 16, sizeof(b[0])), 16);
-		std::set<std::string> s;
-		for (size_t i = 0; i < n; i++)
-			s.insert(b[i].port);
-		return s;
-	}
-
-	bool WaitBackends(size_t n, milliseconds t)
-	{
-		return ProgressUntil(w, [&] { return Backends() == n; }, t);
-	}
-
-	// Calls one at a time until one fails with a message that is not
-	// "not resolved yet" (or @t): that message.
-	std::string FailureMessage(milliseconds t, zcrpc_status *st)
-	{
-		auto until = steady_clock::now() + t;
-		std::string msg;
-		*st = ZCRPC_OK;
-		while (steady_clock::now() < until) {
-			uint64_t id = next_id;
-			if (Start(1000000) != ZCRPC_OK)
-				break;
-			ProgressUntil(w, [&] { return live == 0; }, Scaled(5000));
-			const Outcome &o = out[id];
-			if (o.completions && o.status != ZCRPC_OK) {
-				*st = o.status;
-				msg = o.message;
-				if (msg.find("not resolved yet") == std::string::npos)
-					return msg;
-			}
-			ProgressUntil(w, [] { return false; }, 50ms);
-		}
-		return msg;
-	}
-
-	// Destroys the channel; how long that took.
-	milliseconds Close()
-	{
-		auto t0 = steady_clock::now();
-		zcrpc_channel_destroy(ch);
-		ch = nullptr;
-		return duration_cast<milliseconds>(steady_clock::now() - t0);
-	}
-
-	~Client()
-	{
-		zcrpc_channel_destroy(ch);
-		zcrpc_worker_destroy(w);
-	}
-};
-
 // A TCP server on 127.0.0.1 that answers every connection with @reply and
 // closes it, closes it at once (@reply "close"), or (an empty @reply)
 // accepts and never answers.
@@ -566,16 +362,11 @@ class ResolveEtcd : public RdmaTest
 	// The registry / target string of @prefix in the suite's etcd.
 	std::string Reg(const std::string &prefix) { return "etcd:" + etcd_->url + "/" + prefix; }
 
-	std::vector<Peer> peers_;
+	std::vector<LbPeer> peers_;
 
 	void StartPeers(int n, const std::string &prefix, int ttl_s = 2)
 	{
-		for (int i = 0; i < n; i++) {
-			peers_.emplace_back();
-			ASSERT_TRUE(peers_.back().Start(env_.addr0, "s" + std::to_string(peers_.size() - 1),
-							Reg(prefix), ttl_s))
-				<< "peer " << i;
-		}
+		ASSERT_TRUE(StartLbPeers(peers_, n, env_.addr0, Reg(prefix), ttl_s));
 	}
 };
 
@@ -587,9 +378,9 @@ TEST_F(ResolveEtcd, ThreeAnnouncedServersShareRoundRobinCalls)
 {
 	StartPeers(3, "t1/lb");
 	EXPECT_EQ(etcd_->Count("t1/lb"), 3) << "each announced itself before it said listening";
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Reg("t1/lb")), ZCRPC_OK);
-	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.Backends();
+	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.BackendCount();
 	std::set<std::string> want;
 	for (auto &p : peers_)
 		want.insert(std::to_string(p.port));
@@ -614,14 +405,14 @@ TEST_F(ResolveEtcd, ThreeAnnouncedServersShareRoundRobinCalls)
 TEST_F(ResolveEtcd, AFourthServerAnnouncedLaterGetsCallsWithinOneWatchEvent)
 {
 	StartPeers(3, "t2/lb");
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Reg("t2/lb")), ZCRPC_OK);
-	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.Backends();
+	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.BackendCount();
 	ASSERT_TRUE(cl.Load(60, 8, Scaled(20000)));
 	EXPECT_EQ(cl.PerServer().count("s3"), 0u);
 	StartPeers(1, "t2/lb");
 	// Its put is one watch event: the set grows without a refresh.
-	ASSERT_TRUE(cl.WaitBackends(4, Scaled(3000))) << cl.Backends();
+	ASSERT_TRUE(cl.WaitBackends(4, Scaled(3000))) << cl.BackendCount();
 	// The channel connects it at once; round_robin picks it once READY.
 	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.Ready() == 4; }, Scaled(5000)));
 	uint64_t from = cl.next_id;
@@ -636,9 +427,9 @@ TEST_F(ResolveEtcd, AFourthServerAnnouncedLaterGetsCallsWithinOneWatchEvent)
 TEST_F(ResolveEtcd, AKilledServersLeaseExpiresAndItLeavesTheSetWhileCallsGoOnElsewhere)
 {
 	StartPeers(3, "t3/lb"); // ttl 2 s
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Reg("t3/lb")), ZCRPC_OK);
-	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.Backends();
+	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.BackendCount();
 	ASSERT_TRUE(cl.Load(150, 8, Scaled(20000)));
 	ASSERT_EQ(cl.PerServer().size(), 3u);
 	uint64_t at_kill = cl.next_id;
@@ -650,12 +441,12 @@ TEST_F(ResolveEtcd, AKilledServersLeaseExpiresAndItLeavesTheSetWhileCallsGoOnEls
 	auto until = t0 + Scaled(2000 + 4000);
 	while (!gone && steady_clock::now() < until) {
 		ASSERT_TRUE(cl.Load(20, 4, Scaled(20000)));
-		gone = cl.Backends() == 2;
+		gone = cl.BackendCount() == 2;
 	}
 	auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
 	std::printf("the killed server left the set after %lld ms; %d calls failed meanwhile\n",
 		    static_cast<long long>(took), cl.Failed(at_kill));
-	ASSERT_TRUE(gone) << "still " << cl.Backends() << " backends";
+	ASSERT_TRUE(gone) << "still " << cl.BackendCount() << " backends";
 	EXPECT_EQ(cl.BackendPorts().count(std::to_string(peers_[1].port)), 0u);
 	EXPECT_EQ(etcd_->Count("t3/lb"), 2) << "its key went with its lease";
 	for (auto &kv : cl.out)
@@ -672,9 +463,9 @@ TEST_F(ResolveEtcd, AKilledServersLeaseExpiresAndItLeavesTheSetWhileCallsGoOnEls
 TEST_F(ResolveEtcd, AServerShutDownGracefullyWithdrawsAtOnceLongBeforeItsTtl)
 {
 	StartPeers(3, "t4/lb", 60); // a lease that cannot expire during the test
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Reg("t4/lb")), ZCRPC_OK);
-	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.Backends();
+	ASSERT_TRUE(cl.WaitBackends(3, Scaled(5000))) << cl.BackendCount();
 	ASSERT_TRUE(cl.Load(150, 8, Scaled(20000)));
 	uint64_t at_term = cl.next_id;
 	kill(peers_[2].child->pid, SIGTERM);
@@ -682,9 +473,9 @@ TEST_F(ResolveEtcd, AServerShutDownGracefullyWithdrawsAtOnceLongBeforeItsTtl)
 	auto until = steady_clock::now() + Scaled(5000);
 	while (!gone && steady_clock::now() < until) {
 		ASSERT_TRUE(cl.Load(20, 4, Scaled(20000)));
-		gone = cl.Backends() == 2;
+		gone = cl.BackendCount() == 2;
 	}
-	ASSERT_TRUE(gone) << "still " << cl.Backends() << " backends, a minute before its ttl";
+	ASSERT_TRUE(gone) << "still " << cl.BackendCount() << " backends, a minute before its ttl";
 	EXPECT_EQ(cl.BackendPorts().count(std::to_string(peers_[2].port)), 0u);
 	EXPECT_EQ(etcd_->Count("t4/lb"), 2) << "its lease was revoked";
 	int st = peers_[2].child->Wait(Scaled(10000));
@@ -867,7 +658,7 @@ TEST_F(ResolveEtcd, AnEtcdThatIsNotThereOrAnswersGarbageFailsCallsClearlyAndTheC
 			ASSERT_NE(fake->port(), 0);
 			ep = fake->url();
 		}
-		Client cl;
+		LbClient cl;
 		ASSERT_EQ(cl.Open("etcd:" + ep + "/t7/lb"), ZCRPC_OK) << c.what;
 		zcrpc_status st;
 		std::string msg = cl.FailureMessage(Scaled(5000), &st);
@@ -876,14 +667,14 @@ TEST_F(ResolveEtcd, AnEtcdThatIsNotThereOrAnswersGarbageFailsCallsClearlyAndTheC
 		EXPECT_NE(msg.find("etcd: " + ep + ": "), std::string::npos) << c.what << ": " << msg;
 		if (!c.expect.empty())
 			EXPECT_NE(msg.find(c.expect), std::string::npos) << c.what << ": " << msg;
-		EXPECT_EQ(cl.Backends(), 0u);
+		EXPECT_EQ(cl.BackendCount(), 0u);
 		EXPECT_LT(cl.Close(), Scaled(2000)) << c.what;
 	}
 	// An etcd that never answers: the destroy ends the range in flight
 	// (its own time limit is 3 s) rather than wait for it.
 	FakeServer mute("");
 	ASSERT_NE(mute.port(), 0);
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open("etcd:" + mute.url() + "/t7/lb"), ZCRPC_OK);
 	auto until = steady_clock::now() + Scaled(5000);
 	while (mute.accepted() == 0 && steady_clock::now() < until)
@@ -898,16 +689,16 @@ TEST_F(ResolveEtcd, AKeyWhoseValueIsGarbageIsIgnoredWhileTheGoodOnesWork)
 	ASSERT_TRUE(etcd_->Put("t8/lb/bbb", "10.0.0.1:99999"));
 	StartPeers(2, "t8/lb");
 	ASSERT_TRUE(etcd_->Put("t8/lb/zzz", "[::1:80"));
-	Client cl;
+	LbClient cl;
 	ASSERT_EQ(cl.Open(Reg("t8/lb")), ZCRPC_OK);
-	ASSERT_TRUE(cl.WaitBackends(2, Scaled(5000))) << cl.Backends();
+	ASSERT_TRUE(cl.WaitBackends(2, Scaled(5000))) << cl.BackendCount();
 	ASSERT_TRUE(cl.Load(100, 8, Scaled(20000)));
 	auto per = cl.PerServer();
 	EXPECT_EQ(per.size(), 2u);
 	EXPECT_EQ(per["s0"] + per["s1"], 100);
 	// Only garbage under a prefix: a failed resolution naming a key.
 	ASSERT_TRUE(etcd_->Put("t8/bad/one", "garbage"));
-	Client bad;
+	LbClient bad;
 	ASSERT_EQ(bad.Open(Reg("t8/bad")), ZCRPC_OK);
 	zcrpc_status st;
 	std::string msg = bad.FailureMessage(Scaled(5000), &st);
@@ -915,7 +706,7 @@ TEST_F(ResolveEtcd, AKeyWhoseValueIsGarbageIsIgnoredWhileTheGoodOnesWork)
 	EXPECT_NE(msg.find("t8/bad/one"), std::string::npos) << msg;
 	EXPECT_NE(msg.find("HOST:PORT"), std::string::npos) << msg;
 	// Nothing under a prefix: no backend, said so.
-	Client none;
+	LbClient none;
 	ASSERT_EQ(none.Open(Reg("t8/none")), ZCRPC_OK);
 	msg = none.FailureMessage(Scaled(5000), &st);
 	EXPECT_EQ(st, ZCRPC_UNAVAILABLE);
