@@ -41,7 +41,17 @@ void zcrpc__channel_cap_init(zcrpc_channel *ch)
 
 zcrpc_status zcrpc__channel_take_unit(zcrpc_channel *ch)
 {
-	return zcrpc__cap_take(&ch->cap, ch->down_why, sizeof(ch->down_why));
+	zcrpc_status st =
+		zcrpc__cap_take(&ch->cap, ch->down_why, sizeof(ch->down_why));
+
+	if (st != ZCRPC_OK) {
+		/* Refused at the cap: IDLE, not backing off (the server did
+		 * nothing wrong), and for a target channel's backend not
+		 * connected again until that channel makes another call. */
+		ch->idle_closed = 1;
+		ch->idle_closed_ns = zcrpc__now_ns();
+	}
+	return st;
 }
 
 void zcrpc__channel_close_idle(zcrpc_channel *ch)

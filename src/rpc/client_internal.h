@@ -146,9 +146,10 @@ struct zcrpc_channel {
 	 * went out (a target channel may send it elsewhere). */
 	unsigned cb_unsent : 1;
 	/* the process's connection cap (channel_cap.c): the channel's
-	 * units; cap_idle: its connection is marked idle; idle_closed: that
-	 * connection was closed (evicted, or the idle timeout), the channel
-	 * IDLE since idle_closed_ns until a call connects it again */
+	 * units; cap_idle: its connection is marked idle; idle_closed: the
+	 * channel is IDLE since idle_closed_ns until a call connects it again
+	 * (its connection was closed idle, evicted or timed out, or a new one
+	 * was refused at the cap) */
 	struct zcrpc__capholder cap;
 	unsigned cap_idle : 1;
 	unsigned idle_closed : 1;

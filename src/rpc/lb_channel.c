@@ -289,6 +289,7 @@ fail:
  * call again. */
 static void kick_idle(struct zcrpc__lb *lb)
 {
+	zcrpc_status st;
 	size_t i;
 
 	if (!strcmp(lb->picker.name, "pick_first"))
@@ -299,7 +300,10 @@ static void kick_idle(struct zcrpc__lb *lb)
 		if (zcrpc__lb_backend_state(lb->b[i]) != ZCRPC_BACKEND_IDLE ||
 		    (sub->idle_closed && lb->last_call_ns <= sub->idle_closed_ns))
 			continue;
-		if (zcrpc__channel_connect(sub) != ZCRPC_OK) /* try again later */
+		st = zcrpc__channel_connect(sub);
+		if (st != ZCRPC_OK && st != ZCRPC_RESOURCE_EXHAUSTED)
+			/* try again later; refused at the cap, it stays IDLE
+			 * (channel_cap.c): a call finds the refusal itself */
 			sub->next_attempt_ns = zcrpc__now_ns() +
 					       (int64_t)sub->o.backoff_initial_ms * MS;
 	}
