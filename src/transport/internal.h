@@ -66,8 +66,10 @@ void zcrpc__set_last_error(const char *fmt, ...)
  * stop and run are O(log n) per timer. */
 /* zcrpc__timer_start / zcrpc__timer_stop: seam.h */
 void zcrpc__timers_init(zcrpc_worker *w);
-/* Runs what is due at @now (cheap when nothing is). */
-void zcrpc__timers_run(zcrpc_worker *w, int64_t now);
+/* Runs the timers due at @now (cheap when nothing is); returns how many
+ * ran (their callbacks may have run the application's: a turn that ran
+ * any does not sleep). */
+int zcrpc__timers_run(zcrpc_worker *w, int64_t now);
 /* The timerfd went off (it is disarmed now): drain it, set the next. */
 void zcrpc__timers_on_fd(zcrpc_worker *w);
 

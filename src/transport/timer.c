@@ -187,13 +187,14 @@ void zcrpc__timer_stop(zcrpc_worker *w, struct zcrpc__timer *t)
  * start itself (or any timer) again from its callback, and stop or free
  * any timer. A timer started again for a time already passed runs in the
  * next call, so a callback cannot keep this loop going. */
-void zcrpc__timers_run(zcrpc_worker *w, int64_t now)
+int zcrpc__timers_run(zcrpc_worker *w, int64_t now)
 {
 	struct zcrpc__timer *t = w->timers.min;
 	struct zcrpc__list *it;
+	int ran = 0;
 
 	if (!t || t->due_ns > now)
-		return; /* busy-poll turns: nothing due */
+		return 0; /* busy-poll turns: nothing due */
 	while ((t = w->timers.min) && t->due_ns <= now) {
 		heap_remove(&w->timers, t);
 		t->in_heap = 0;
@@ -206,8 +207,10 @@ void zcrpc__timers_run(zcrpc_worker *w, int64_t now)
 		t->in_due = 0;
 		t->due_ns = 0;
 		t->fn(t, now);
+		ran++;
 	}
 	rearm(w);
+	return ran;
 }
 
 void zcrpc__timers_on_fd(zcrpc_worker *w)

@@ -748,8 +748,8 @@ zcrpc_status zcrpc_worker_progress(zcrpc_worker *w, int timeout_ms)
 	if (w->now_ns >= w->epoll_due_ns ||
 	    ++w->epoll_skipped >= ZCRPC_EPOLL_TURNS)
 		n += poll_epoll(w);
-	if (timer_due(w)) /* connection deadlines, keepalive */
-		zcrpc__timers_run(w, w->now_ns);
+	if (timer_due(w)) /* deadlines, keepalive, the RPC layer's callbacks */
+		n += zcrpc__timers_run(w, w->now_ns);
 	reap(w);
 	n += run_turn_end(w); /* before any sleep: what this turn (or the
 			       * application since the last) wrote goes */

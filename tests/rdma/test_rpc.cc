@@ -945,3 +945,53 @@ TEST_F(Rpc, CallsBeyondCreditsWaitInABoundedQueueThenFailFast)
 	EXPECT_EQ(rnr1, rnr0) << "receiver-not-ready under a full window";
 	EXPECT_EQ(connects.load(), 1);
 }
+
+// A callback the channel delivers from its timer — here a call that
+// fails at once because the channel waits to reconnect — ends the
+// zcrpc_worker_progress() call that ran it: a turn that ran a timer does
+// not go on to sleep. Before, it slept its whole timeout after the
+// callback (with -1, until some other event), so a loop waiting for that
+// callback hung, and zcrpc_call() took 100 ms to return such a failure.
+TEST_F(Rpc, ACallbackRunFromATimerEndsTheProgressCallThatRanIt)
+{
+	uint16_t port;
+	{
+		EchoServer probe(env_.addr0); // an ephemeral port, then closed
+		ASSERT_TRUE(probe.ok());
+		port = probe.port();
+	}
+	zcrpc_channel_opts o;
+	zcrpc_channel_opts_init(&o);
+	o.backoff_initial_ms = 60000; // waits a minute after the refusal
+	o.backoff_max_ms = 60000;
+	Client c(env_.addr0, port, &o);
+	Result first, second;
+	ASSERT_EQ(zcrpc_call_async(c.ch, zcrpc_method_id("/t/Echo"), "x", 1, nullptr, Collect,
+				   &first, nullptr),
+		  ZCRPC_OK);
+	ASSERT_TRUE(c.Wait([&] { return first.calls == 1; }, 5000));
+	ASSERT_EQ(first.status, ZCRPC_UNAVAILABLE) << first.message;
+
+	// Completed inside the start (waiting to reconnect): its callback
+	// runs from the channel's timer in the next progress call.
+	ASSERT_EQ(zcrpc_call_async(c.ch, zcrpc_method_id("/t/Echo"), "x", 1, nullptr, Collect,
+				   &second, nullptr),
+		  ZCRPC_OK);
+	EXPECT_EQ(second.calls, 0);
+	// Progress calls with a long timeout until it ran (a CM event of the
+	// refused connection may end one first): the one that ran it returns
+	// at once.
+	int64_t ms = 0;
+	auto until = steady_clock::now() + Scaled(60000);
+	while (second.calls == 0 && steady_clock::now() < until) {
+		auto t0 = steady_clock::now();
+		ASSERT_EQ(zcrpc_worker_progress(c.w, static_cast<int>(Scaled(20000).count())),
+			  ZCRPC_OK);
+		ms = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+	}
+	ASSERT_EQ(second.calls, 1);
+	EXPECT_EQ(second.status, ZCRPC_UNAVAILABLE) << second.message;
+	EXPECT_LT(ms, Scaled(10000).count()) << "the progress call slept after the callback";
+	std::printf("progress call that ran the timer's callback: %lld ms\n",
+		    static_cast<long long>(ms));
+}
