@@ -278,6 +278,18 @@ typedef struct zcrpc_retry_policy {
 	/** Statuses that retry: bit (1 << status); default
 	 * 1 << ZCRPC_UNAVAILABLE. */
 	uint32_t retryable;
+	/** Hedging instead of retrying (gRPC's hedging policy): 0 = retries
+	 * as above (the default). > 0: a call is sent to one backend and,
+	 * every this many ms without an answer, to one more it was not sent
+	 * to yet, up to @max_attempts in flight at once; the first answer
+	 * that is OK or whose status is not in @retryable is the call's, and
+	 * the other attempts are cancelled (a CANCEL to their servers; their
+	 * answers are dropped). An answer in @retryable sends the next
+	 * attempt at once; when none is left it is the call's. The backoff
+	 * fields are not used. Calls with an attachment or a reply_into (the
+	 * caller's memory) or a payload above retry_buffer are not hedged:
+	 * they are attempted one at a time, retried by the fields above. */
+	int hedge_delay_ms;
 	/* New fields go here (0 must mean the old behaviour). */
 } zcrpc_retry_policy;
 
@@ -293,7 +305,8 @@ static inline void zcrpc_retry_policy_init(zcrpc_retry_policy *p)
  * failed calls by @p (copied; NULL removes the mark). A call is attempted
  * again, on a backend picked anew, after a status in p->retryable, while
  * attempts remain and its deadline (which covers every attempt) has not
- * passed. Calls of any method that provably never reached a server
+ * passed, or hedged (p->hedge_delay_ms). Calls of any method that
+ * provably never reached a server
  * (never sent, or failed for want of a connection before a byte went)
  * are retried without a policy, once per backend. Only for channels of
  * zcrpc_channel_create_target(); before their first call: INVALID_ARGUMENT

@@ -373,6 +373,10 @@ typedef struct zcrpc_channel_stats {
 	 * zcrpc_channel_set_retry() policy; and calls that found no backend
 	 * to pick (they failed UNAVAILABLE or waited). */
 	uint64_t retries_transparent, retries_policy, no_backend;
+	/** Target channels, hedged methods (zcrpc_retry_policy.hedge_delay_ms):
+	 * attempts sent beside a call's first, and attempts cancelled because
+	 * another attempt of their call answered first. */
+	uint64_t hedges, hedges_cancelled;
 	/* New counters go here. */
 } zcrpc_channel_stats;
 

@@ -5,8 +5,11 @@
  * when its method's retry policy allows it; otherwise its result goes to
  * the caller. A call that finds no backend fails UNAVAILABLE, or waits
  * for one (ZCRPC_CALL_WAIT_FOR_READY) until its deadline, which covers
- * every attempt. A call completes exactly once; it runs at a server more
- * than once only when its method was marked idempotent. */
+ * every attempt. A method whose policy hedges has a call's attempts sent to
+ * several backends at once (one more every hedge delay), the first
+ * conclusive answer taken and the others cancelled. A call completes
+ * exactly once; it runs at a server more than once only when its method
+ * was marked idempotent. */
 #include "lb_internal.h"
 #include "../core/md.h"
 
@@ -32,11 +35,14 @@ static void lbcall_free(struct zcrpc__lb *lb, struct lbcall *c)
 {
 	if (zcrpc__list_linked(&c->link))
 		zcrpc__list_remove(&c->link);
+	if (zcrpc__list_linked(&c->hlink))
+		zcrpc__list_remove(&c->hlink);
 	free(c->req);
 	free(c->md);
 	free(c->key);
 	memset((char *)c, 0, sizeof(*c));
 	zcrpc__list_init(&c->link);
+	zcrpc__list_init(&c->hlink);
 	zcrpc__call_table_release(&lb->calls, c);
 }
 
@@ -64,6 +70,8 @@ static void complete(struct zcrpc__lb *lb, struct lbcall *c, zcrpc_status st,
 		zcrpc__list_remove(&c->link);
 		lb->ch->st.pending--;
 	}
+	if (zcrpc__list_linked(&c->hlink))
+		zcrpc__list_remove(&c->hlink);
 	c->state = LB_DONE;
 	c->status = st;
 	snprintf(c->message, sizeof(c->message), "%s", msg);
@@ -103,13 +111,59 @@ static void no_backend_why(struct zcrpc__lb *lb, char *buf, size_t len)
 
 static void on_attempt(zcrpc_channel *sub, const zcrpc_reply *r, void *arg);
 
+/* Starts one attempt of @c on @be (c->slot has a free one). */
+static zcrpc_status send_on(struct zcrpc__lb *lb, struct lbcall *c,
+			    struct zcrpc__backend *be, int64_t now)
+{
+	zcrpc_call_opts so = c->co;
+	struct lbatt *a;
+	zcrpc_status st;
+	size_t k;
+
+	for (k = 0; c->slot[k].be; k++)
+		;
+	a = &c->slot[k];
+	so.timeout_us = 0;
+	if (c->deadline_ns) {
+		so.timeout_us = (c->deadline_ns - now) / 1000;
+		if (so.timeout_us < 1)
+			so.timeout_us = 1;
+	}
+	so.hash_key = NULL;
+	so.hash_key_len = 0;
+	so.flags = 0;
+	a->c = c;
+	st = zcrpc__call_start_ics(be->sub, c->method, c->len,
+				   c->kept ? kept_fill : c->fill,
+				   c->kept ? c->req : c->fill_ctx, &so,
+				   on_attempt, a, &a->sub_id, &lb->ch->ics);
+	if (st != ZCRPC_OK)
+		return st;
+	a->be = be;
+	be->picks++;
+	be->live++;
+	c->n_live++;
+	c->attempts++;
+	c->state = LB_LIVE;
+	if (c->hedged) {
+		c->tried[c->n_tried++] = be;
+		if (zcrpc__list_linked(&c->hlink))
+			zcrpc__list_remove(&c->hlink);
+		if (c->attempts < c->pol->max_attempts) { /* the next hedge */
+			c->hedge_at_ns = now + (int64_t)c->pol->hedge_delay_ms * MS;
+			zcrpc__list_push_back(&lb->hedging, &c->hlink);
+			zcrpc__lb_arm(lb, c->hedge_at_ns);
+		}
+	}
+	return ZCRPC_OK;
+}
+
 /* Sends @c to a backend picked now; without one, @c waits or fails. On
  * the first attempt (@first) a refusal of the subchannel is returned (the
  * caller's zcrpc_call_start fails with it, @c is the caller's to free);
  * later it completes @c. */
 static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 {
-	zcrpc_call_opts so = c->co;
 	struct zcrpc__backend *be;
 	int64_t now = zcrpc__now_ns();
 	char why[300];
@@ -123,7 +177,8 @@ static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 				       "backend");
 		return ZCRPC_OK;
 	}
-	be = zcrpc__lb_pick(lb, c->key, c->co.hash_key_len);
+	be = zcrpc__lb_pick(lb, c->key, c->co.hash_key_len, c->tried,
+			    c->n_tried);
 	if (!be) {
 		lb->ch->st.no_backend++;
 		if (c->wfr) {
@@ -134,19 +189,7 @@ static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 		complete(lb, c, ZCRPC_UNAVAILABLE, why);
 		return ZCRPC_OK;
 	}
-	so.timeout_us = 0;
-	if (c->deadline_ns) {
-		so.timeout_us = (c->deadline_ns - now) / 1000;
-		if (so.timeout_us < 1)
-			so.timeout_us = 1;
-	}
-	so.hash_key = NULL;
-	so.hash_key_len = 0;
-	so.flags = 0;
-	st = zcrpc__call_start_ics(be->sub, c->method, c->len,
-				   c->kept ? kept_fill : c->fill,
-				   c->kept ? c->req : c->fill_ctx, &so,
-				   on_attempt, c, &c->sub_id, &lb->ch->ics);
+	st = send_on(lb, c, be, now);
 	if (st != ZCRPC_OK) {
 		if (first) {
 			lb->ch->start_why = be->sub->start_why;
@@ -158,14 +201,35 @@ static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 			 be->sub->start_why ? be->sub->start_why
 					    : zcrpc_status_str(st));
 		complete(lb, c, st, why);
-		return ZCRPC_OK;
 	}
-	be->picks++;
-	be->live++;
-	c->be = be;
-	c->attempts++;
-	c->state = LB_LIVE;
 	return ZCRPC_OK;
+}
+
+/* One more attempt of the hedged call @c, LIVE, on a backend it was not
+ * sent to yet: 1 when one went. */
+static int hedge(struct zcrpc__lb *lb, struct lbcall *c)
+{
+	struct zcrpc__backend *be;
+	int64_t now = zcrpc__now_ns();
+
+	if (zcrpc__list_linked(&c->hlink))
+		zcrpc__list_remove(&c->hlink);
+	if (c->attempts >= c->pol->max_attempts || c->cancelled ||
+	    (c->deadline_ns && now >= c->deadline_ns))
+		return 0;
+	be = zcrpc__lb_pick(lb, c->key, c->co.hash_key_len, c->tried,
+			    c->n_tried);
+	if (!be || send_on(lb, c, be, now) != ZCRPC_OK) {
+		/* none now: look again a delay later, while one is out */
+		if (c->n_live) {
+			c->hedge_at_ns = now + (int64_t)c->pol->hedge_delay_ms * MS;
+			zcrpc__list_push_back(&lb->hedging, &c->hlink);
+			zcrpc__lb_arm(lb, c->hedge_at_ns);
+		}
+		return 0;
+	}
+	lb->ch->st.hedges++;
+	return 1;
 }
 
 static int jitter(struct zcrpc__lb *lb, int ms)
@@ -210,21 +274,89 @@ static int again(struct zcrpc__lb *lb, struct lbcall *c, zcrpc_status st,
 	return 0;
 }
 
+/* Takes @c's attempts still in flight back, silently (each cancelled at
+ * its server, no callback), counting them with @counter when set. */
+static void take_back(struct lbcall *c, const char *why, uint64_t *counter)
+{
+	size_t k;
+
+	for (k = 0; c->n_live && k < ZCRPC__LB_MAX_LIVE; k++) {
+		struct lbatt *a = &c->slot[k];
+
+		if (!a->be)
+			continue;
+		(void)zcrpc__ccall_detach(a->be->sub, a->sub_id, why);
+		a->be->live--;
+		a->be = NULL;
+		c->n_live--;
+		if (counter)
+			(*counter)++;
+	}
+}
+
+/* A hedged call's attempt ended with @r: the call's result, unless the
+ * status is one to go on after and an attempt is (or may still be) out. */
+static void hedge_ended(struct zcrpc__lb *lb, struct lbcall *c,
+			struct zcrpc__backend *be, const zcrpc_reply *r,
+			int unsent)
+{
+	zcrpc_reply cancelled;
+	size_t most = lb->n < MAX_TRANSPARENT ? lb->n : MAX_TRANSPARENT, k;
+	int go_on;
+
+	unsent = unsent && r->status == ZCRPC_UNAVAILABLE &&
+		 c->transparent < most;
+	go_on = r->status != ZCRPC_OK && !c->cancelled &&
+		!lb->ch->destroying &&
+		(unsent || (c->pol->retryable & (1u << r->status)));
+	if (go_on) {
+		if (unsent) { /* it never reached a server: not an attempt */
+			c->attempts--;
+			for (k = 0; k < c->n_tried && c->tried[k] != be; k++)
+				;
+			if (k < c->n_tried)
+				c->tried[k] = c->tried[--c->n_tried];
+			c->transparent++;
+			lb->ch->st.retries_transparent++;
+		}
+		if (hedge(lb, c) || c->n_live)
+			return; /* the others (or the new one) answer */
+	}
+	if (c->n_live && c->cancelled && r->status == ZCRPC_CANCELLED)
+		return; /* the others' CANCELLED come too: the last delivers */
+	take_back(c, "another attempt of the call answered first",
+		  c->cancelled ? NULL : &lb->ch->st.hedges_cancelled);
+	if (zcrpc__list_linked(&c->hlink))
+		zcrpc__list_remove(&c->hlink);
+	if (c->cancelled && r->status != ZCRPC_CANCELLED) {
+		cancelled = (zcrpc_reply){.size = sizeof(cancelled)};
+		cancelled.status = ZCRPC_CANCELLED;
+		cancelled.message = "cancelled by the caller";
+		r = &cancelled;
+	}
+	deliver(lb, c, r);
+}
+
 static void on_attempt(zcrpc_channel *sub, const zcrpc_reply *r, void *arg)
 {
-	struct lbcall *c = arg;
+	struct lbatt *a = arg;
+	struct lbcall *c = a->c;
+	struct zcrpc__backend *be = a->be;
 	struct zcrpc__lb *lb = c->lb;
 	zcrpc_reply cancelled;
 
-	if (c->be) {
-		if (r->status == ZCRPC_OK)
-			c->be->ok++;
-		else
-			c->be->failed++;
-		c->be->live--;
+	if (r->status == ZCRPC_OK)
+		be->ok++;
+	else
+		be->failed++;
+	be->live--;
+	a->be = NULL;
+	a->sub_id = 0;
+	c->n_live--;
+	if (c->hedged) {
+		hedge_ended(lb, c, be, r, sub->cb_unsent);
+		return;
 	}
-	c->be = NULL;
-	c->sub_id = 0;
 	if (again(lb, c, r->status, sub->cb_unsent))
 		return;
 	if (c->cancelled && r->status != ZCRPC_CANCELLED) {
@@ -306,6 +438,7 @@ zcrpc_status zcrpc__lb_call_start(zcrpc_channel *ch, uint32_t method,
 		return ZCRPC_RESOURCE_EXHAUSTED;
 	}
 	zcrpc__list_init(&c->link);
+	zcrpc__list_init(&c->hlink);
 	c->lb = lb;
 	st = keep_opts(c, &co);
 	if (st != ZCRPC_OK)
@@ -331,6 +464,9 @@ zcrpc_status zcrpc__lb_call_start(zcrpc_channel *ch, uint32_t method,
 	timeout_us = co.timeout_us ? co.timeout_us : ch->o.default_timeout_us;
 	c->deadline_ns = timeout_us ? zcrpc__now_ns() + timeout_us * 1000 : 0;
 	c->pol = policy_of(lb, method);
+	/* hedged: the request kept, no memory of the caller's in it */
+	c->hedged = c->pol && c->pol->hedge_delay_ms > 0 && c->kept &&
+		    !co.attachment && !co.reply_into;
 	lb->last_call_ns = zcrpc__now_ns();
 	ch->st.calls_started++;
 	ch->st.in_flight++;
@@ -353,6 +489,7 @@ zcrpc_status zcrpc__lb_call_cancel(zcrpc_channel *ch, zcrpc_call_id id)
 {
 	struct zcrpc__lb *lb = ch->lb;
 	struct lbcall *c = zcrpc__call_table_lookup(&lb->calls, (uint32_t)id);
+	size_t k;
 
 	if (!c || c->state == LB_DONE || c->cancelled)
 		return ZCRPC_NOT_FOUND;
@@ -361,10 +498,12 @@ zcrpc_status zcrpc__lb_call_cancel(zcrpc_channel *ch, zcrpc_call_id id)
 		complete(lb, c, ZCRPC_CANCELLED, "cancelled by the caller");
 		return ZCRPC_OK;
 	}
-	/* LIVE: the attempt ends CANCELLED; if it ended already, its
+	/* LIVE: the attempts end CANCELLED; if one ended already, its
 	 * callback (on_attempt) turns its result into CANCELLED. */
-	if (c->be)
-		(void)zcrpc_call_cancel(c->be->sub, c->sub_id);
+	for (k = 0; k < ZCRPC__LB_MAX_LIVE; k++)
+		if (c->slot[k].be)
+			(void)zcrpc_call_cancel(c->slot[k].be->sub,
+						c->slot[k].sub_id);
 	return ZCRPC_OK;
 }
 
@@ -372,6 +511,29 @@ int64_t zcrpc__lb_run_calls(struct zcrpc__lb *lb, int64_t now)
 {
 	struct zcrpc__list *n, *tmp, todo;
 	int64_t due = 0;
+
+	/* hedges due (hedge() takes each off the list, maybe back on) */
+	zcrpc__list_init(&todo);
+	zcrpc__list_foreach_safe(n, tmp, &lb->hedging) {
+		struct lbcall *c = zcrpc__container_of(n, struct lbcall, hlink);
+
+		if (c->hedge_at_ns <= now) {
+			zcrpc__list_remove(&c->hlink);
+			zcrpc__list_push_back(&todo, &c->hlink);
+		} else if (!due || c->hedge_at_ns < due) {
+			due = c->hedge_at_ns;
+		}
+	}
+	while ((n = zcrpc__list_first(&todo))) {
+		struct lbcall *c = zcrpc__container_of(n, struct lbcall, hlink);
+
+		zcrpc__list_remove(&c->hlink);
+		zcrpc__list_init(&c->hlink);
+		(void)hedge(lb, c);
+		if (zcrpc__list_linked(&c->hlink) &&
+		    (!due || c->hedge_at_ns < due))
+			due = c->hedge_at_ns;
+	}
 
 	while ((n = zcrpc__list_first(&lb->done))) {
 		struct lbcall *c = lbcall_of(n);
@@ -424,24 +586,32 @@ void zcrpc__lb_detach_calls(struct zcrpc__lb *lb, struct zcrpc__backend *be,
 			    const char *why, zcrpc_conn **risk, size_t *n_risk)
 {
 	uint32_t i;
-	size_t k;
+	size_t k, r;
 
 	for (i = 0; i < lb->calls.n; i++) {
 		struct lbcall *c = zcrpc__call_table_at(&lb->calls, i);
-		zcrpc_conn *conn;
 
-		if (c->state != LB_LIVE || c->be != be)
+		if (c->state != LB_LIVE)
 			continue;
-		conn = zcrpc__ccall_detach(be->sub, c->sub_id, why);
-		for (k = 0; conn && k < *n_risk && risk[k] != conn; k++)
-			;
-		if (conn && k == *n_risk && *n_risk < 2)
-			risk[(*n_risk)++] = conn;
-		be->live--;
-		c->be = NULL;
-		c->sub_id = 0;
+		for (k = 0; k < ZCRPC__LB_MAX_LIVE; k++) {
+			struct lbatt *a = &c->slot[k];
+			zcrpc_conn *conn;
+
+			if (a->be != be)
+				continue;
+			conn = zcrpc__ccall_detach(be->sub, a->sub_id, why);
+			for (r = 0; conn && r < *n_risk && risk[r] != conn; r++)
+				;
+			if (conn && r == *n_risk && *n_risk < 2)
+				risk[(*n_risk)++] = conn;
+			be->live--;
+			a->be = NULL;
+			a->sub_id = 0;
+			c->n_live--;
+		}
 		c->cancelled = 1;
-		complete(lb, c, ZCRPC_CANCELLED, why);
+		if (!c->n_live) /* its last attempt: the call ends */
+			complete(lb, c, ZCRPC_CANCELLED, why);
 	}
 }
 
@@ -503,7 +673,7 @@ zcrpc_status zcrpc_channel_set_retry(zcrpc_channel *ch, uint32_t method,
 					 sizeof(uint32_t)) != ZCRPC_OK ||
 	    d.max_attempts < 2 || d.max_attempts > 10 ||
 	    d.initial_backoff_ms <= 0 ||
-	    d.max_backoff_ms < d.initial_backoff_ms ||
+	    d.max_backoff_ms < d.initial_backoff_ms || d.hedge_delay_ms < 0 ||
 	    (d.retryable & (1u << ZCRPC_OK)))
 		return ZCRPC_INVALID_ARGUMENT;
 	if (i == lb->n_pol) {

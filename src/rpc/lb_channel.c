@@ -56,15 +56,21 @@ static void fill_view(const struct zcrpc__backend *be, zcrpc_backend_info *v)
 }
 
 struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
-				      size_t key_len)
+				      size_t key_len,
+				      struct zcrpc__backend *const *excl,
+				      size_t n_excl)
 {
-	size_t i;
+	size_t i, j;
 	int idx;
 
 	if (!lb->n)
 		return NULL;
-	for (i = 0; i < lb->n; i++)
+	for (i = 0; i < lb->n; i++) {
 		fill_view(lb->b[i], &lb->view[i]);
+		for (j = 0; j < n_excl; j++)
+			if (excl[j] == lb->b[i])
+				lb->view[i].state = ZCRPC_BACKEND_DOWN;
+	}
 	idx = lb->picker.pick(lb->pstate, lb->view, lb->n, key, key_len,
 			      lb->picker.arg);
 	if (idx < 0 || (size_t)idx >= lb->n ||
@@ -634,6 +640,7 @@ zcrpc_status zcrpc_channel_create_target(zcrpc_worker *w, const char *target,
 	lb->rng = (uint64_t)zcrpc__now_ns() | 1;
 	zcrpc__list_init(&lb->retired);
 	zcrpc__list_init(&lb->waiting);
+	zcrpc__list_init(&lb->hedging);
 	zcrpc__list_init(&lb->done);
 	lb->timer.fn = on_timer;
 	if (zcrpc__call_table_init(&lb->calls, ch->o.max_calls,
@@ -782,7 +789,7 @@ zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
 	zcrpc_status st;
 
 	zcrpc__lb_apply_report(ch->lb);
-	be = zcrpc__lb_pick(ch->lb, NULL, 0);
+	be = zcrpc__lb_pick(ch->lb, NULL, 0, NULL, 0);
 	if (!be) {
 		ch->st.no_backend++;
 		return ZCRPC_UNAVAILABLE;

@@ -66,13 +66,27 @@ enum lbstate {
 	LB_DONE,    /* on lb->done: its callback (the lb's own result) waits */
 };
 
+/* Attempts of one call in flight at once: a hedged call's (its policy's
+ * max_attempts is at most 10); others have one. */
+#define ZCRPC__LB_MAX_LIVE 10
+
+/* One attempt in flight at a subchannel: its callback's argument. */
+struct lbatt {
+	struct lbcall *c;
+	struct zcrpc__backend *be; /* NULL: the slot is free */
+	zcrpc_call_id sub_id;
+};
+
 struct lbcall {
 	uint8_t state;
 	struct zcrpc__lb *lb;
 	unsigned kept : 1;	/* req holds a copy of the payload */
 	unsigned cancelled : 1; /* by the caller: no further attempt */
 	unsigned wfr : 1;	/* ZCRPC_CALL_WAIT_FOR_READY */
+	unsigned hedged : 1;	/* its policy hedges and it may be */
 	struct zcrpc__list link; /* lb->waiting or lb->done */
+	struct zcrpc__list hlink; /* lb->hedging while its next hedge is due */
+	int64_t hedge_at_ns;
 	uint32_t method;
 	zcrpc_call_cb cb;
 	void *arg;
@@ -89,8 +103,12 @@ struct lbcall {
 	uint32_t attempts, transparent;
 	int backoff_ms;
 	const zcrpc_retry_policy *pol; /* NULL: not idempotent */
-	struct zcrpc__backend *be;     /* LIVE: where the attempt is */
-	zcrpc_call_id sub_id;
+	/* LIVE: the attempts in flight (slot[0] for one that does not hedge) */
+	struct lbatt slot[ZCRPC__LB_MAX_LIVE];
+	uint8_t n_live;
+	/* a hedged call's backends so far, each tried once */
+	struct zcrpc__backend *tried[ZCRPC__LB_MAX_LIVE];
+	uint8_t n_tried;
 	/* LB_DONE: the result to deliver */
 	zcrpc_status status;
 	char message[256];
@@ -125,6 +143,7 @@ struct zcrpc__lb {
 	/* calls */
 	struct zcrpc__call_table calls; /* of struct lbcall */
 	struct zcrpc__list waiting;	/* LB_WAITING, in order */
+	struct zcrpc__list hedging;	/* LIVE hedged calls, a hedge due */
 	struct zcrpc__list done;	/* LB_DONE, in order */
 	struct lbpolicy pol[ZCRPC__LB_MAX_POLICIES];
 	size_t n_pol;
@@ -147,9 +166,12 @@ void zcrpc__lb_apply_report(struct zcrpc__lb *lb);
 /* The state of @be's connection now (a failed health check aside). */
 zcrpc_backend_state zcrpc__lb_backend_state(const struct zcrpc__backend *be);
 /* Refreshes lb->view's state and load; returns the picker's choice, or
- * NULL when none is usable. */
+ * NULL when none is usable. @excl[0..@n_excl) are shown DOWN (a hedged
+ * call's backends tried already). */
 struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
-				      size_t key_len);
+				      size_t key_len,
+				      struct zcrpc__backend *const *excl,
+				      size_t n_excl);
 /* Arms the channel's timer at @due_ns (or keeps an earlier one). */
 void zcrpc__lb_arm(struct zcrpc__lb *lb, int64_t due_ns);
 /* Asks the resolver again (a backend failed): at most every 100 ms. */

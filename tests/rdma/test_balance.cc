@@ -495,6 +495,149 @@ TEST_F(Balance, ARetryPolicyRetriesOnlyItsStatusesUpToItsAttempts)
 		  ZCRPC_FAILED_PRECONDITION);
 }
 
+// ---- hedging ---------------------------------------------------------------
+
+namespace
+{
+
+zcrpc_channel_stats ChannelStats(zcrpc_channel *ch)
+{
+	zcrpc_channel_stats st;
+	zcrpc_channel_get_stats(ch, &st, sizeof(st));
+	return st;
+}
+
+// Marks @method of @ch hedged: @max attempts, one more every @delay.
+void Hedge(zcrpc_channel *ch, const char *method, uint32_t max,
+	   std::chrono::milliseconds delay)
+{
+	zcrpc_retry_policy p;
+	zcrpc_retry_policy_init(&p);
+	p.max_attempts = max;
+	p.hedge_delay_ms = static_cast<int>(delay.count());
+	ASSERT_EQ(zcrpc_channel_set_retry(ch, zcrpc_method_id(method), &p), ZCRPC_OK);
+}
+
+} // namespace
+
+// A hedged method's calls go around a stopped server: those first sent
+// to it are sent to the other after the hedge delay and answered there,
+// the stopped one's attempts cancelled; every call completes once, OK,
+// and no request runs twice at one server (after SIGCONT the stopped one
+// runs only what was not cancelled in time, each once).
+TEST_F(Balance, AHedgedMethodsCallsGoAroundAStoppedServerEachCompletingOnce)
+{
+	StartPeers(2);
+	LbClient cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin", 0), ZCRPC_OK);
+	Hedge(cl.ch, kLbWho, 2, Scaled(100));
+	ASSERT_TRUE(cl.Load(2, 1, Scaled(20000)));
+	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.Ready() == 2; }, Scaled(10000)));
+	ASSERT_TRUE(cl.Load(20, 4, Scaled(20000)));
+	ASSERT_EQ(cl.PerServer().size(), 2u);
+	zcrpc_channel_stats before = ChannelStats(cl.ch);
+	kill(peers_[0].child->pid, SIGSTOP);
+	uint64_t first = cl.next_id;
+	bool loaded = cl.Load(100, 8, Scaled(60000));
+	kill(peers_[0].child->pid, SIGCONT);
+	ASSERT_TRUE(loaded);
+	zcrpc_channel_stats after = ChannelStats(cl.ch);
+	uint64_t hedges = after.hedges - before.hedges;
+	uint64_t cancelled = after.hedges_cancelled - before.hedges_cancelled;
+	std::printf("100 calls with s0 stopped: %llu hedges, %llu attempts cancelled\n",
+		    static_cast<unsigned long long>(hedges),
+		    static_cast<unsigned long long>(cancelled));
+	EXPECT_EQ(cl.PerServer(first)["s1"], 100) << cl.FirstFailure(first);
+	EXPECT_EQ(cl.Failed(first), 0);
+	EXPECT_EQ(cl.Twice(), 0);
+	EXPECT_GE(hedges, 1u) << "round_robin sent some first to the stopped one";
+	EXPECT_EQ(cancelled, hedges) << "each call's losing attempt taken back";
+	EXPECT_EQ(after.retries_policy, before.retries_policy);
+	ASSERT_TRUE(cl.Drain(Scaled(10000)));
+	for (auto &pe : peers_) {
+		ServerCounts c = AskCounts(env_.addr0, pe.port);
+		ASSERT_TRUE(c.ok) << pe.name;
+		EXPECT_EQ(c.duplicates, 0u) << pe.name;
+	}
+}
+
+// A hedged call whose attempt fails with a status of its set sends the
+// next at once (not after the delay) and, none left, ends with that
+// status; one cancelled with attempts at two stopped servers ends
+// CANCELLED once.
+TEST_F(Balance, AHedgedCallGoesOnAtOnceAfterARetryableFailureAndCancelEndsItOnce)
+{
+	StartPeers(2);
+	LbClient cl;
+	ASSERT_EQ(cl.Open(Ipv4Target(env_.addr0, peers_), "round_robin", 0), ZCRPC_OK);
+	Hedge(cl.ch, kLbFail, 2, Scaled(60000)); // the delay never comes
+	Hedge(cl.ch, kLbWho, 2, Scaled(50));
+	ASSERT_TRUE(cl.Load(2, 1, Scaled(20000)));
+	ASSERT_TRUE(ProgressUntil(cl.w, [&] { return cl.Ready() == 2; }, Scaled(10000)));
+	uint64_t ran = 0;
+	for (auto &pe : peers_)
+		ran += AskCounts(env_.addr0, pe.port).calls;
+
+	zcrpc_channel_stats before = ChannelStats(cl.ch);
+	uint64_t id = cl.next_id;
+	ASSERT_EQ(cl.Start(kLbFail, nullptr, Scaled(30000).count() * 1000), ZCRPC_OK);
+	ASSERT_TRUE(cl.Drain(Scaled(20000))) << "the second attempt waited for the delay";
+	EXPECT_EQ(cl.out[id].status, ZCRPC_UNAVAILABLE) << cl.out[id].message;
+	EXPECT_EQ(cl.out[id].completions, 1);
+	zcrpc_channel_stats after = ChannelStats(cl.ch);
+	EXPECT_EQ(after.hedges - before.hedges, 1u);
+	EXPECT_EQ(after.hedges_cancelled, before.hedges_cancelled);
+	uint64_t ran2 = 0;
+	for (auto &pe : peers_)
+		ran2 += AskCounts(env_.addr0, pe.port).calls;
+	EXPECT_EQ(ran2 - ran, 2u) << "one attempt at each server";
+
+	// Both stopped: the call and its hedge wait at both; a cancel ends
+	// it CANCELLED, once, and their late answers are dropped.
+	for (auto &pe : peers_)
+		kill(pe.child->pid, SIGSTOP);
+	before = ChannelStats(cl.ch);
+	zcrpc_call_id cid = 0;
+	id = cl.next_id;
+	{
+		uint64_t rid = cl.next_id++;
+		std::string req(reinterpret_cast<const char *>(&rid), 8);
+		auto *ctx = new std::pair<LbClient *, uint64_t>(&cl, rid);
+		zcrpc_call_opts co;
+		zcrpc_call_opts_init(&co);
+		co.timeout_us = Scaled(30000).count() * 1000;
+		ASSERT_EQ(zcrpc_call_async(cl.ch, zcrpc_method_id(kLbWho), req.data(), req.size(),
+					   &co,
+					   [](zcrpc_channel *, const zcrpc_reply *r, void *a) {
+						   auto *x = static_cast<std::pair<LbClient *, uint64_t> *>(a);
+						   LbOutcome &o = x->first->out[x->second];
+						   o.completions++;
+						   o.status = r->status;
+						   x->first->live--;
+						   delete x;
+					   },
+					   ctx, &cid),
+			  ZCRPC_OK);
+		cl.live++;
+	}
+	EXPECT_TRUE(ProgressUntil(
+		cl.w, [&] { return ChannelStats(cl.ch).hedges - before.hedges == 1; },
+		Scaled(5000)));
+	EXPECT_EQ(zcrpc_call_cancel(cl.ch, cid), ZCRPC_OK);
+	EXPECT_TRUE(cl.Drain(Scaled(10000)));
+	for (auto &pe : peers_)
+		kill(pe.child->pid, SIGCONT);
+	auto until = steady_clock::now() + Scaled(500);
+	while (steady_clock::now() < until)
+		zcrpc_worker_progress(cl.w, 1);
+	EXPECT_EQ(cl.out[id].status, ZCRPC_CANCELLED);
+	EXPECT_EQ(cl.out[id].completions, 1);
+	EXPECT_EQ(zcrpc_call_cancel(cl.ch, cid), ZCRPC_NOT_FOUND);
+	// and the channel goes on
+	ASSERT_TRUE(cl.Load(10, 2, Scaled(20000)));
+	EXPECT_EQ(cl.Twice(), 0);
+}
+
 // ---- health (grpc.health.v1) ---------------------------------------------
 
 #include "server_thread.h"
