@@ -590,6 +590,7 @@ void zcrpc__lb_detach_calls(struct zcrpc__lb *lb, struct zcrpc__backend *be,
 
 	for (i = 0; i < lb->calls.n; i++) {
 		struct lbcall *c = zcrpc__call_table_at(&lb->calls, i);
+		int here = 0;
 
 		if (c->state != LB_LIVE)
 			continue;
@@ -599,6 +600,7 @@ void zcrpc__lb_detach_calls(struct zcrpc__lb *lb, struct zcrpc__backend *be,
 
 			if (a->be != be)
 				continue;
+			here = 1;
 			conn = zcrpc__ccall_detach(be->sub, a->sub_id, why);
 			for (r = 0; conn && r < *n_risk && risk[r] != conn; r++)
 				;
@@ -609,6 +611,8 @@ void zcrpc__lb_detach_calls(struct zcrpc__lb *lb, struct zcrpc__backend *be,
 			a->sub_id = 0;
 			c->n_live--;
 		}
+		if (!here)
+			continue;
 		c->cancelled = 1;
 		if (!c->n_live) /* its last attempt: the call ends */
 			complete(lb, c, ZCRPC_CANCELLED, why);

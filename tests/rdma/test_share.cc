@@ -469,6 +469,66 @@ TEST_F(Share, TwoTargetChannelsOnOneWorkerShareOneConnectionPerServer)
 	zcrpc_worker_destroy(w);
 }
 
+// The set of a test's resolver ("sharetest:"): what the test reports.
+zcrpc_resolver *g_test_resolver = nullptr;
+
+void RegisterTestResolver()
+{
+	zcrpc_resolver_ops ops{};
+	ops.size = sizeof(ops);
+	ops.scheme = "sharetest";
+	ops.start = [](zcrpc_resolver *r, const char *, void **, void *) {
+		g_test_resolver = r;
+		return ZCRPC_OK;
+	};
+	ops.stop = [](void *, void *) { g_test_resolver = nullptr; };
+	zcrpc_status st = zcrpc_resolver_register(&ops);
+	ASSERT_TRUE(st == ZCRPC_OK || st == ZCRPC_ALREADY_EXISTS) << zcrpc_status_str(st);
+}
+
+// A backend that leaves the set with no call on it goes at once; the
+// calls in flight on the others are not touched (they end OK, not
+// CANCELLED: the backend's going takes back only its own attempts).
+TEST_F(Share, ABackendLeavingTheSetLeavesTheCallsOnTheOthersAlone)
+{
+	constexpr int kN = 4;
+	CapServer s1, s2;
+	ASSERT_TRUE(s1.Start(env_.addr0));
+	ASSERT_TRUE(s2.Start(env_.addr0));
+	RegisterTestResolver();
+	zcrpc_worker *w = nullptr;
+	ASSERT_EQ(zcrpc_worker_create(nullptr, &w), ZCRPC_OK);
+	zcrpc_channel_opts o = ChannelOpts(); // pick_first: s1 takes the calls
+	zcrpc_channel *ch = nullptr;
+	ASSERT_EQ(zcrpc_channel_create_target(w, "sharetest:x", &o, &ch), ZCRPC_OK);
+	ASSERT_NE(g_test_resolver, nullptr);
+	const std::string p1 = s1.port(), p2 = s2.port();
+	zcrpc_address a[2] = {{env_.addr0.c_str(), p1.c_str()}, {env_.addr0.c_str(), p2.c_str()}};
+	ASSERT_EQ(zcrpc_resolver_set(g_test_resolver, a, 2, ZCRPC_OK, nullptr), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(
+		w, [&] { return zcrpc_channel_get_backends(ch, nullptr, 0, 0) == 2; },
+		Scaled(5000)));
+
+	s1.hold = true;
+	Calls c;
+	for (int i = 0; i < kN; i++)
+		ASSERT_EQ(c.Start(ch, kHold), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(w, [&] { return s1.held.load() == kN; }, Scaled(10000)))
+		<< s1.held << " calls held";
+	ASSERT_EQ(zcrpc_resolver_set(g_test_resolver, a, 1, ZCRPC_OK, nullptr), ZCRPC_OK);
+	ASSERT_TRUE(ProgressUntil(
+		w, [&] { return zcrpc_channel_get_backends(ch, nullptr, 0, 0) == 1; },
+		Scaled(5000)));
+	EXPECT_EQ(DSubs(), 1) << "s2's subchannel went with it";
+	s1.hold = false;
+	ASSERT_TRUE(ProgressUntil(w, [&] { return c.live == 0; }, Scaled(10000)))
+		<< c.live << " calls did not complete";
+	EXPECT_EQ(c.Count(ZCRPC_OK), kN) << c.FirstNotOk();
+	EXPECT_EQ(c.NotOnce(), 0);
+	zcrpc_channel_destroy(ch);
+	zcrpc_worker_destroy(w);
+}
+
 TEST_F(Share, DestroyingOneSharerCancelsOnlyItsCalls)
 {
 	constexpr int kN = 8;
