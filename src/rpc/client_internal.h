@@ -145,6 +145,9 @@ struct zcrpc_channel {
 	/* While a call's callback runs: it completed before its request
 	 * went out (a target channel may send it elsewhere). */
 	unsigned cb_unsent : 1;
+	/* A target channel started a stream (on a subchannel): its chain
+	 * of interceptors is fixed from then on. */
+	unsigned made_streams : 1;
 	/* the process's connection cap (channel_cap.c): the channel's
 	 * units; cap_idle: its connection is marked idle; idle_closed: the
 	 * channel is IDLE since idle_closed_ns until a call connects it again

@@ -20,7 +20,7 @@ zcrpc_status zcrpc_channel_add_interceptor(zcrpc_channel *ch,
 	memset(&c, 0, sizeof(c));
 	if (ZCRPC__ABI_IN(&c, ic, MIN_CLIENT_IC) != ZCRPC_OK)
 		return ZCRPC_INVALID_ARGUMENT;
-	if (ch->st.calls_started || ch->has_streams)
+	if (ch->st.calls_started || ch->has_streams || ch->made_streams)
 		return ZCRPC_FAILED_PRECONDITION;
 	if (ch->ics.n == ZCRPC_MAX_INTERCEPTORS)
 		return ZCRPC_RESOURCE_EXHAUSTED;

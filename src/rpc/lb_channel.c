@@ -119,7 +119,6 @@ static void add_counters(zcrpc_channel_stats *sum, const zcrpc_channel_stats *s,
 #undef ADD
 }
 
-
 /* @be leaves its subchannel: this channel's attempts, health check and
  * streams there end CANCELLED (their callbacks run inside, the attempts'
  * from zcrpc__lb_run_calls), its counters are kept, and the subchannel
@@ -795,7 +794,9 @@ zcrpc_status zcrpc__lb_stream_start(zcrpc_channel *ch, uint32_t method,
 		return ZCRPC_UNAVAILABLE;
 	}
 	st = zcrpc__stream_start_ics(be->sub, method, o, h, &ch->ics, ch, out);
-	if (st == ZCRPC_OK)
+	if (st == ZCRPC_OK) {
 		be->picks++;
+		ch->made_streams = 1;
+	}
 	return st;
 }

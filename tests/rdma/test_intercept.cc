@@ -391,4 +391,17 @@ TEST_F(Intercept, TargetChannelsSharingAConnectionEachRunOnlyTheirOwnChain)
 	zcrpc_server_get_stats(srv_, &ss, sizeof(ss));
 	EXPECT_EQ(ss.connections, 2u);
 	zcrpc_channel_destroy(b);
+
+	// A target channel whose first act was a stream: its chain is fixed.
+	zcrpc_channel *c = nullptr;
+	ASSERT_EQ(zcrpc_channel_create_target(w_, target.c_str(), &o, &c), ZCRPC_OK);
+	S sc;
+	h.arg = &sc;
+	ASSERT_EQ(zcrpc_stream_start(c, zcrpc_method_id(kChat), nullptr, &h, &s), ZCRPC_OK);
+	EXPECT_EQ(zcrpc_channel_add_interceptor(c, &ia), ZCRPC_FAILED_PRECONDITION)
+		<< "added after a stream";
+	ASSERT_EQ(zcrpc_stream_close_send(s), ZCRPC_OK);
+	ASSERT_TRUE(Until([&] { return sc.done; }));
+	EXPECT_EQ(sc.st, ZCRPC_OK);
+	zcrpc_channel_destroy(c);
 }
