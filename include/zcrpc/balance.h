@@ -119,8 +119,8 @@ typedef struct zcrpc_backend_info {
 	size_t size; /**< bytes the library filled */
 	const char *host, *port;
 	zcrpc_backend_state state;
-	uint32_t in_flight; /**< calls alive on it (sent or waiting for it) */
-	uint32_t credits_used; /**< of its window: receive slots its calls hold at the server */
+	uint32_t in_flight; /**< calls alive on its connection (sent or waiting for it), those of every target channel sharing it */
+	uint32_t credits_used; /**< of its window: receive slots those calls hold at the server */
 	uint64_t picks;	       /**< calls (and retries) sent to it */
 	uint64_t calls_ok, calls_failed; /**< its attempts' outcomes */
 	/* New fields go here. */
