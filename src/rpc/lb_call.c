@@ -146,7 +146,7 @@ static zcrpc_status send_on(struct zcrpc__lb *lb, struct lbcall *c,
 	c->attempts++;
 	c->state = LB_LIVE;
 	if (c->hedged) {
-		c->tried[c->n_tried++] = be;
+		c->tried[c->n_tried++] = be->id;
 		if (zcrpc__list_linked(&c->hlink))
 			zcrpc__list_remove(&c->hlink);
 		if (c->attempts < c->pol->max_attempts) { /* the next hedge */
@@ -179,6 +179,8 @@ static zcrpc_status attempt(struct zcrpc__lb *lb, struct lbcall *c, int first)
 	}
 	be = zcrpc__lb_pick(lb, c->key, c->co.hash_key_len, c->tried,
 			    c->n_tried);
+	if (!be && c->n_tried && !c->hedged) /* only those it passed over */
+		be = zcrpc__lb_pick(lb, c->key, c->co.hash_key_len, NULL, 0);
 	if (!be) {
 		lb->ch->st.no_backend++;
 		if (c->wfr) {
@@ -240,10 +242,23 @@ static int jitter(struct zcrpc__lb *lb, int ms)
 	return ms * 8 / 10 + (int)(lb->rng % (uint64_t)(ms * 4 / 10 + 1));
 }
 
-/* Whether @c, whose attempt ended with @st (@unsent: before its request
- * went out), is attempted again; if so it waits for that. */
-static int again(struct zcrpc__lb *lb, struct lbcall *c, zcrpc_status st,
-		 int unsent)
+/* @c failed at @be before its request went out: its next picks pass
+ * @be over while a backend it has not tried is usable. */
+static void pass_over(struct lbcall *c, const struct zcrpc__backend *be)
+{
+	size_t k;
+
+	for (k = 0; k < c->n_tried; k++)
+		if (c->tried[k] == be->id)
+			return;
+	if (c->n_tried < ZCRPC__LB_MAX_LIVE)
+		c->tried[c->n_tried++] = be->id;
+}
+
+/* Whether @c, whose attempt on @be ended with @st (@unsent: before its
+ * request went out), is attempted again; if so it waits for that. */
+static int again(struct zcrpc__lb *lb, struct lbcall *c,
+		 const struct zcrpc__backend *be, zcrpc_status st, int unsent)
 {
 	zcrpc_channel *ch = lb->ch;
 	int64_t now = zcrpc__now_ns();
@@ -256,6 +271,7 @@ static int again(struct zcrpc__lb *lb, struct lbcall *c, zcrpc_status st,
 	if (unsent && st == ZCRPC_UNAVAILABLE && c->transparent < most) {
 		c->transparent++;
 		ch->st.retries_transparent++;
+		pass_over(c, be);
 		wait(lb, c, now);
 		return 1;
 	}
@@ -312,7 +328,7 @@ static void hedge_ended(struct zcrpc__lb *lb, struct lbcall *c,
 	if (go_on) {
 		if (unsent) { /* it never reached a server: not an attempt */
 			c->attempts--;
-			for (k = 0; k < c->n_tried && c->tried[k] != be; k++)
+			for (k = 0; k < c->n_tried && c->tried[k] != be->id; k++)
 				;
 			if (k < c->n_tried)
 				c->tried[k] = c->tried[--c->n_tried];
@@ -357,7 +373,7 @@ static void on_attempt(zcrpc_channel *sub, const zcrpc_reply *r, void *arg)
 		hedge_ended(lb, c, be, r, sub->cb_unsent);
 		return;
 	}
-	if (again(lb, c, r->status, sub->cb_unsent))
+	if (again(lb, c, be, r->status, sub->cb_unsent))
 		return;
 	if (c->cancelled && r->status != ZCRPC_CANCELLED) {
 		/* zcrpc_call_cancel said it would end CANCELLED */

@@ -56,8 +56,7 @@ static void fill_view(const struct zcrpc__backend *be, zcrpc_backend_info *v)
 }
 
 struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
-				      size_t key_len,
-				      struct zcrpc__backend *const *excl,
+				      size_t key_len, const uint64_t *excl,
 				      size_t n_excl)
 {
 	size_t i, j;
@@ -68,7 +67,7 @@ struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
 	for (i = 0; i < lb->n; i++) {
 		fill_view(lb->b[i], &lb->view[i]);
 		for (j = 0; j < n_excl; j++)
-			if (excl[j] == lb->b[i])
+			if (excl[j] == lb->b[i]->id)
 				lb->view[i].state = ZCRPC_BACKEND_DOWN;
 	}
 	idx = lb->picker.pick(lb->pstate, lb->view, lb->n, key, key_len,
@@ -191,6 +190,7 @@ static struct zcrpc__backend *backend_new(struct zcrpc__lb *lb,
 		return NULL;
 	}
 	be->lb = lb;
+	be->id = ++lb->last_be_id;
 	be->base = be->sub->st;
 	zcrpc__list_push_back(&be->sub->users, &be->ulink);
 	return be;

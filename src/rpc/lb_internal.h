@@ -26,6 +26,7 @@ struct zcrpc__backend {
 	char host[ZCRPC_HOST_MAX + 1];
 	char port[ZCRPC_PORT_MAX + 1];
 	struct zcrpc__lb *lb;
+	uint64_t id; /* from 1, never reused in its lb: calls name it so */
 	zcrpc_channel *sub;
 	struct zcrpc__list ulink; /* sub->users */
 	uint32_t live;		  /* this channel's attempts on it */
@@ -106,8 +107,10 @@ struct lbcall {
 	/* LIVE: the attempts in flight (slot[0] for one that does not hedge) */
 	struct lbatt slot[ZCRPC__LB_MAX_LIVE];
 	uint8_t n_live;
-	/* a hedged call's backends so far, each tried once */
-	struct zcrpc__backend *tried[ZCRPC__LB_MAX_LIVE];
+	/* backends (ids) not to pick again: a hedged call's so far, each
+	 * tried once; another call's that failed it before its request went
+	 * out, passed over while one it has not tried is usable */
+	uint64_t tried[ZCRPC__LB_MAX_LIVE];
 	uint8_t n_tried;
 	/* LB_DONE: the result to deliver */
 	zcrpc_status status;
@@ -129,6 +132,7 @@ struct zcrpc__lb {
 	zcrpc_backend_info *view; /* n entries, for the picker */
 	size_t n;
 	struct zcrpc__list retired; /* out of the set, calls still on them */
+	uint64_t last_be_id;	    /* the newest backend's id */
 	/* the picker */
 	zcrpc_picker_ops picker;
 	void *pstate;
@@ -166,11 +170,10 @@ void zcrpc__lb_apply_report(struct zcrpc__lb *lb);
 /* The state of @be's connection now (a failed health check aside). */
 zcrpc_backend_state zcrpc__lb_backend_state(const struct zcrpc__backend *be);
 /* Refreshes lb->view's state and load; returns the picker's choice, or
- * NULL when none is usable. @excl[0..@n_excl) are shown DOWN (a hedged
- * call's backends tried already). */
+ * NULL when none is usable. The backends whose ids are @excl[0..@n_excl)
+ * are shown DOWN (those a call tried already). */
 struct zcrpc__backend *zcrpc__lb_pick(struct zcrpc__lb *lb, const void *key,
-				      size_t key_len,
-				      struct zcrpc__backend *const *excl,
+				      size_t key_len, const uint64_t *excl,
 				      size_t n_excl);
 /* Arms the channel's timer at @due_ns (or keeps an earlier one). */
 void zcrpc__lb_arm(struct zcrpc__lb *lb, int64_t due_ns);

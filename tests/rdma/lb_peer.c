@@ -1,6 +1,7 @@
-/* zcrpc_test_lb_peer - a server process of rdma.Balance.*: the tests start
- * several, kill (SIGKILL), stop (SIGSTOP) or shut them down (SIGTERM:
- * graceful, GOAWAY) and count at each what reached it.
+/* zcrpc_test_lb_peer - a server process of rdma.Balance.*,
+ * rdma.ResolveDns.* and rdma.ResolveEtcd.* (started by tests/rdma/lb_util):
+ * the tests start several, kill (SIGKILL), stop (SIGSTOP) or shut them
+ * down (SIGTERM: graceful, GOAWAY) and count at each what reached it.
  *
  *   server ADDR PORT NAME [REGISTRY [TTL]]
  *                           serves on ADDR:PORT ("0" = ephemeral); with

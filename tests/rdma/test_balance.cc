@@ -5,8 +5,8 @@
 // running twice, and the server restarted is picked again;
 // least_outstanding starves a stopped server; ring_hash keeps each key on
 // its server and moves only a removed server's keys; the file: resolver
-// adds and removes servers; bad targets and empty resolutions fail
-// clearly.
+// adds and removes servers; bad targets, empty resolutions and servers of
+// another protocol fail clearly.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,10 +20,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fault_util.h"
 #include "lb_util.h"
+#include "stranger.h"
 #include "rdma_env.h"
 #include "zcrpc/balance.h"
 #include "zcrpc/rpc.h"
@@ -460,6 +462,67 @@ TEST_F(Balance, BadTargetsAndEmptyResolutionsFailWithClearStatuses)
 	zcrpc_channel_destroy(ch);
 	std::remove(path.c_str());
 	zcrpc_worker_destroy(w);
+}
+
+// Backends that answer with the wrong protocol: raw rdma_cm servers that
+// accept with an HTTP reply or with nothing, or reject with one. Each fails
+// its calls UNAVAILABLE saying what it answered and leaves the pick set; a
+// channel over them and one zcrpc server sends every call there; the
+// strangers' connections are taken down by the client (none left open).
+TEST_F(Balance, BackendsThatAnswerWithAnotherProtocolFailClearlyAndLeaveThePickSet)
+{
+	StartPeers(1);
+	Stranger acc, none, rej;
+	ASSERT_TRUE(acc.Start(env_.addr0, Stranger::kAcceptWithGarbage));
+	ASSERT_TRUE(none.Start(env_.addr0, Stranger::kAcceptWithNothing));
+	ASSERT_TRUE(rej.Start(env_.addr0, Stranger::kRejectWithGarbage));
+	auto at = [&](uint16_t port) {
+		return env_.addr0 + ":" + std::to_string(port);
+	};
+
+	// Alone: what each answered, in the calls' status.
+	struct Case {
+		Stranger *s;
+		const char *says;
+	} cases[] = {{&acc, "bad magic 0x50545448"},
+		     {&none, "handshake"},
+		     {&rej, "rejected by the peer"}};
+	for (const Case &c : cases) {
+		LbClient cl;
+		ASSERT_EQ(cl.Open("ipv4:" + at(c.s->port()), "pick_first"), ZCRPC_OK);
+		zcrpc_status st = ZCRPC_OK;
+		std::string msg = cl.FailureMessage(Scaled(5000), &st);
+		EXPECT_EQ(st, ZCRPC_UNAVAILABLE) << msg;
+		EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+		EXPECT_EQ(cl.Ready(), 0u);
+		EXPECT_GT(c.s->answered(), 0);
+	}
+
+	// Among them one zcrpc server: with either picker every call reaches
+	// it, none fails, none completes twice.
+	std::string target = "ipv4:" + at(acc.port()) + "," + at(none.port()) + "," +
+			     at(rej.port()) + "," + at(peers_[0].port);
+	for (const char *policy : {"pick_first", "round_robin"}) {
+		LbClient cl;
+		ASSERT_EQ(cl.Open(target, policy), ZCRPC_OK);
+		ASSERT_TRUE(cl.Load(300, 8, Scaled(20000))) << policy;
+		ASSERT_TRUE(cl.Drain(Scaled(5000)));
+		EXPECT_EQ(cl.Failed(), 0) << policy << ": " << cl.FirstFailure();
+		EXPECT_EQ(cl.PerServer()["s0"], cl.completed) << policy;
+		EXPECT_EQ(cl.Twice(), 0);
+		EXPECT_EQ(cl.BackendCount(), 4u);
+		EXPECT_EQ(cl.Ready(), 1u) << policy;
+	}
+
+	// The client took down every connection a stranger accepted.
+	auto until = steady_clock::now() + Scaled(5000);
+	while ((acc.ended() < acc.answered() || none.ended() < none.answered()) &&
+	       steady_clock::now() < until)
+		std::this_thread::sleep_for(10ms);
+	EXPECT_EQ(acc.ended(), acc.answered());
+	EXPECT_EQ(none.ended(), none.answered())
+		<< acc.ended() << "/" << acc.answered() << " " << none.ended() << "/"
+		<< none.answered();
 }
 
 TEST_F(Balance, ARetryPolicyRetriesOnlyItsStatusesUpToItsAttempts)
